@@ -1,0 +1,77 @@
+// Backend registry, Buffer ownership and the small shared helpers of the interface.
+#include "backend/backend.h"
+
+#include "backends/cpu/cpu_backend.h"
+#if TLLM_WITH_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
+
+namespace tllm {
+
+Buffer::~Buffer() {
+  if (ptr_ && owner_) owner_->free_raw(ptr_, bytes_);
+}
+
+size_t Matrix::stream_bytes() const {
+  const size_t nk = size_t(n_) * size_t(k_);
+  if (type_ == WeightType::W8) return nk + nk / kW8Group * sizeof(half_t);
+  return nk * sizeof(half_t);
+}
+
+const char* weight_type_name(WeightType t) {
+  switch (t) {
+    case WeightType::W8: return "w8";
+    case WeightType::F16: return "f16";
+  }
+  return "?";
+}
+
+const char* op_name(Op op) {
+  switch (op) {
+    case Op::MatmulM1W8: return "matmul_m1_w8";
+    case Op::MatmulM1F16: return "matmul_m1_f16";
+    case Op::Matmul: return "matmul";
+    case Op::RmsNorm: return "rmsnorm";
+    case Op::Rope: return "rope";
+    case Op::KvAppend: return "kv_append";
+    case Op::AttentionPrefill: return "attention_prefill";
+    case Op::AttentionDecode: return "attention_decode";
+    case Op::Add: return "add";
+    case Op::SiluMul: return "silu_mul";
+    case Op::Embedding: return "embedding";
+    case Op::Argmax: return "argmax";
+    case Op::StepCapture: return "step_capture";
+  }
+  return "?";
+}
+
+std::vector<std::string> backend_names() {
+#if TLLM_WITH_CUDA
+  return {"cpu", "cuda"};
+#else
+  return {"cpu"};
+#endif
+}
+
+bool backend_available(const std::string& name) {
+  if (name == "cpu") return true;
+#if TLLM_WITH_CUDA
+  if (name == "cuda") return cuda_device_count() > 0;
+#endif
+  return false;
+}
+
+std::unique_ptr<Backend> create_backend(const std::string& name) {
+  if (name == "cpu") return create_cpu_backend();
+  if (name == "cuda") {
+#if TLLM_WITH_CUDA
+    if (cuda_device_count() <= 0) throw BackendError("backend 'cuda': no CUDA device is visible");
+    return create_cuda_backend();
+#else
+    throw BackendError("backend 'cuda': this build has no CUDA support (nvcc was not found at configure time)");
+#endif
+  }
+  throw BackendError("unknown backend '" + name + "' (expected cpu or cuda)");
+}
+
+}  // namespace tllm

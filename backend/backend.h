@@ -1,0 +1,334 @@
+// The compute interface every backend implements.
+//
+// A backend owns memory (buffers and weight matrices) and runs ops on it, in order, on one queue.
+// Each op takes a plain descriptor: shapes and pointers into the backend's own memory, never model
+// types. The model layer (model/) and the apps (apps/) only ever talk to this header; the backend is
+// picked at run time by name (`create_backend("cpu")`, `create_backend("cuda")`).
+//
+// Data types are fixed per role so that every backend computes the same function:
+//   - the residual stream, matmul outputs, q/k/v before the cache and logits are fp32;
+//   - matmul inputs (the "A16" of W8A16: normalised activations, attention output, SiLU(gate)*up)
+//     and the KV cache are fp16;
+//   - weights are W8 (int8, symmetric, one fp16 scale per kW8Group values along K) or FP16.
+//
+// Ops are asynchronous with respect to the host: `download` and `synchronize` wait. Nothing in an op
+// allocates memory; every buffer an op touches was allocated before, so a decode step can be captured
+// and replayed (`run_step`). Values that change from one step to the next (token id, position, KV
+// length) are read by the ops from backend memory, never passed as arguments.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backend/half.h"
+
+namespace tllm {
+
+// W8 weights carry one fp16 scale per group of kW8Group consecutive values along K: the block size
+// of the GGUF formats the weights come from (Q4_0..Q8_0 and the K-quants' sub-blocks divide it), so
+// requantisation never mixes two source blocks into one group.
+constexpr int kW8Group = 32;
+
+enum class WeightType : uint8_t {
+  W8,   // int8 q (N, K) + fp16 scales (N, K / kW8Group); w[n][k] = q[n][k] * scale[n][k / kW8Group]
+  F16,  // fp16 (N, K)
+};
+
+const char* weight_type_name(WeightType t);
+
+// A weight matrix as it lies in host memory, row-major (N, K): row n holds the K inputs of output n.
+struct HostMatrix {
+  WeightType type = WeightType::F16;
+  int64_t n = 0;                     // output features
+  int64_t k = 0;                     // input features; a multiple of kW8Group for W8
+  const int8_t* q = nullptr;         // W8: (n, k)
+  const half_t* scales = nullptr;    // W8: (n, k / kW8Group)
+  const half_t* f16 = nullptr;       // F16: (n, k)
+};
+
+// A weight matrix stored in a backend, in whatever layout that backend computes fastest with.
+// Created by Backend::upload_matrix; only the backend that made it may use it.
+class Matrix {
+ public:
+  virtual ~Matrix() = default;
+  WeightType type() const { return type_; }
+  int64_t n() const { return n_; }
+  int64_t k() const { return k_; }
+  // Bytes one full read of the weights moves (what a GEMV streams): int8 + scales, or fp16.
+  size_t stream_bytes() const;
+
+ protected:
+  Matrix(WeightType type, int64_t n, int64_t k) : type_(type), n_(n), k_(k) {}
+
+ private:
+  WeightType type_;
+  int64_t n_, k_;
+};
+
+class Backend;
+
+// A block of backend memory. Move-only; returns itself to its backend when destroyed.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(Backend* owner, void* ptr, size_t bytes) : owner_(owner), ptr_(ptr), bytes_(bytes) {}
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    Buffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer();
+
+  void* data() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  explicit operator bool() const { return ptr_ != nullptr; }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(owner_, o.owner_);
+    std::swap(ptr_, o.ptr_);
+    std::swap(bytes_, o.bytes_);
+  }
+  Backend* owner_ = nullptr;
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// ---- op descriptors ------------------------------------------------------------------------------
+// Pointers are backend memory (Buffer::data() plus an offset). Shapes are in the comments, outermost
+// dimension first.
+
+// y = x · Wᵀ (+ bias), or y += x · Wᵀ (+ bias) with `accumulate` (a residual add fused in).
+struct MatmulDesc {
+  const Matrix* w = nullptr;    // (n, k)
+  const half_t* x = nullptr;    // (m, k)
+  const float* bias = nullptr;  // (n) or null
+  float* y = nullptr;           // (m, n)
+  int64_t m = 1;                // rows of x; matmul_m1 requires 1
+  bool accumulate = false;
+};
+
+// out = fp16(x / sqrt(mean(x²) + eps) * weight), row by row.
+struct RmsNormDesc {
+  const float* x = nullptr;       // (m, n)
+  const float* weight = nullptr;  // (n)
+  half_t* out = nullptr;          // (m, n)
+  int64_t m = 1;
+  int64_t n = 0;
+  float eps = 1e-6f;
+};
+
+enum class RopeMode : uint8_t {
+  Normal,  // rotates pairs (2i, 2i+1): llama
+  Neox,    // rotates pairs (i, i + head_dim/2): qwen2, GPT-NeoX
+};
+
+// Rotary position embedding, in place: pair j of a head at position p turns by p · theta^(-2j/head_dim).
+struct RopeDesc {
+  float* x = nullptr;             // (m, n_heads, head_dim)
+  const int32_t* pos = nullptr;   // (m) position of each row
+  int64_t m = 1;
+  int n_heads = 0;
+  int head_dim = 0;               // even
+  float theta = 10000.0f;
+  RopeMode mode = RopeMode::Normal;
+};
+
+// Writes rows of k and v into the cache at the given positions (converted to fp16).
+struct KvAppendDesc {
+  const float* k = nullptr;       // (m, n_head_kv, head_dim)
+  const float* v = nullptr;       // (m, n_head_kv, head_dim)
+  half_t* k_cache = nullptr;      // (n_head_kv, n_ctx, head_dim)
+  half_t* v_cache = nullptr;      // (n_head_kv, n_ctx, head_dim)
+  const int32_t* pos = nullptr;   // (m) cache row of each input row; each < n_ctx
+  int64_t m = 1;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ctx = 0;
+};
+
+// Causal self-attention of m query rows at positions pos0 .. pos0+m-1 against cache rows
+// 0 .. pos0+i (the rows of this chunk already appended). Query head h reads KV head
+// h / (n_head / n_head_kv) (grouped-query attention).
+struct AttentionPrefillDesc {
+  const float* q = nullptr;         // (m, n_head, head_dim), rope applied
+  const half_t* k_cache = nullptr;  // (n_head_kv, n_ctx, head_dim)
+  const half_t* v_cache = nullptr;  // (n_head_kv, n_ctx, head_dim)
+  half_t* out = nullptr;            // (m, n_head, head_dim)
+  int64_t m = 1;
+  int32_t pos0 = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ctx = 0;
+  float scale = 1.0f;               // usually 1/sqrt(head_dim)
+};
+
+// One query row against the first *n_kv cache rows. n_kv is read from backend memory so that a
+// captured decode step stays valid as the context grows; it must stay <= n_ctx.
+struct AttentionDecodeDesc {
+  const float* q = nullptr;         // (n_head, head_dim), rope applied
+  const half_t* k_cache = nullptr;  // (n_head_kv, n_ctx, head_dim)
+  const half_t* v_cache = nullptr;  // (n_head_kv, n_ctx, head_dim)
+  half_t* out = nullptr;            // (n_head, head_dim)
+  const int32_t* n_kv = nullptr;    // scalar, 1 <= *n_kv <= n_ctx
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ctx = 0;
+  float scale = 1.0f;
+};
+
+// y += x (residual add).
+struct AddDesc {
+  float* y = nullptr;        // (n)
+  const float* x = nullptr;  // (n)
+  int64_t n = 0;
+};
+
+// out = fp16(silu(gate) * up), silu(g) = g / (1 + exp(-g)).
+struct SiluMulDesc {
+  const float* gate = nullptr;  // (n)
+  const float* up = nullptr;    // (n)
+  half_t* out = nullptr;        // (n)
+  int64_t n = 0;
+};
+
+// out[i] = table row ids[i], as fp32. Ids must be < table->n().
+struct EmbeddingDesc {
+  const Matrix* table = nullptr;  // (n_vocab, n_embd)
+  const int32_t* ids = nullptr;   // (m)
+  float* out = nullptr;           // (m, n_embd)
+  int64_t m = 1;
+};
+
+// *out = the index of the largest x (the first one on ties): greedy sampling without a download.
+struct ArgmaxDesc {
+  const float* x = nullptr;  // (n)
+  int32_t* out = nullptr;    // scalar
+  int64_t n = 0;
+};
+
+enum class Op : uint8_t {
+  MatmulM1W8,
+  MatmulM1F16,
+  Matmul,
+  RmsNorm,
+  Rope,
+  KvAppend,
+  AttentionPrefill,
+  AttentionDecode,
+  Add,
+  SiluMul,
+  Embedding,
+  Argmax,
+  StepCapture,  // run_step records once and replays (CUDA graphs)
+};
+
+const char* op_name(Op op);
+
+struct MemoryInfo {
+  size_t allocated_bytes = 0;   // held by this backend now (buffers + matrices)
+  size_t peak_bytes = 0;        // most it ever held at once
+  size_t device_total = 0;      // the device's memory, 0 where not meaningful
+  size_t device_used = 0;       // in use on the device as the driver reports it (all processes)
+};
+
+// Facts about the device that a report must record.
+struct DeviceInfo {
+  std::string name;            // "NVIDIA H200", "x86_64 (2 threads)"
+  std::string driver;          // driver version, or empty
+  std::string runtime;         // CUDA runtime version, BLAS build, ...
+  double peak_bandwidth_gbs = 0;  // nominal memory bandwidth in GB/s (0 when unknown)
+  int multiprocessors = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual std::string name() const = 0;
+  virtual DeviceInfo device_info() const = 0;
+  virtual bool supports(Op op) const = 0;
+
+  // ---- memory ----
+  // Allocates `bytes` of backend memory (zeroed). Throws BackendError when it does not fit.
+  virtual Buffer alloc(size_t bytes) = 0;
+  // Copies host → backend memory at dst (which lies inside a buffer), ordered after earlier ops.
+  virtual void upload(void* dst, const void* src, size_t bytes) = 0;
+  // Copies backend → host memory; waits for earlier ops to finish first.
+  virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  virtual std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) = 0;
+  virtual void synchronize() = 0;
+  virtual MemoryInfo memory_info() const = 0;
+
+  // ---- ops ----
+  virtual void matmul_m1(const MatmulDesc& d) = 0;  // decode GEMV, W8 or F16 weights
+  virtual void matmul(const MatmulDesc& d) = 0;     // any m (prefill)
+  virtual void rmsnorm(const RmsNormDesc& d) = 0;
+  virtual void rope(const RopeDesc& d) = 0;
+  virtual void kv_append(const KvAppendDesc& d) = 0;
+  virtual void attention_prefill(const AttentionPrefillDesc& d) = 0;
+  virtual void attention_decode(const AttentionDecodeDesc& d) = 0;
+  virtual void add(const AddDesc& d) = 0;
+  virtual void silu_mul(const SiluMulDesc& d) = 0;
+  virtual void embedding(const EmbeddingDesc& d) = 0;
+  virtual void argmax(const ArgmaxDesc& d) = 0;
+
+  // ---- whole steps ----
+  // Runs `body`, which issues ops. A backend that supports Op::StepCapture records the ops the first
+  // time it sees `key` and replays the recording on later calls with the same key without running
+  // `body` again, so everything a step varies must come through backend memory. The CPU backend
+  // simply runs `body`. A backend that fails to record warns once and runs `body` directly from then on.
+  virtual void run_step(int key, const std::function<void()>& body) { (void)key; body(); }
+  // Forgets recorded steps (their buffers are about to change).
+  virtual void reset_steps() {}
+  // Turns step capture on or off (on by default where supported).
+  virtual void set_step_capture(bool on) { (void)on; }
+
+  // Named ranges for external profilers (NVTX on CUDA); no-ops elsewhere.
+  virtual void range_push(const char* name) { (void)name; }
+  virtual void range_pop() {}
+
+ protected:
+  friend class Buffer;
+  virtual void free_raw(void* ptr, size_t bytes) = 0;
+};
+
+// Errors at the boundary a user reaches (backend creation, allocation). Carries a one-line message.
+class BackendError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Names of the backends compiled into this build, e.g. {"cpu", "cuda"}.
+std::vector<std::string> backend_names();
+// Creates a backend by name. Throws BackendError with a one-line reason (unknown name, not built,
+// no device visible).
+std::unique_ptr<Backend> create_backend(const std::string& name);
+// True when `name` was built in and can be created on this machine (a GPU is visible for "cuda").
+bool backend_available(const std::string& name);
+
+// RAII helper for Backend::range_push/range_pop.
+class ScopedRange {
+ public:
+  ScopedRange(Backend& b, const char* name) : b_(b) { b_.range_push(name); }
+  ~ScopedRange() { b_.range_pop(); }
+  ScopedRange(const ScopedRange&) = delete;
+  ScopedRange& operator=(const ScopedRange&) = delete;
+
+ private:
+  Backend& b_;
+};
+
+}  // namespace tllm

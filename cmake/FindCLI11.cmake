@@ -1,0 +1,13 @@
+# Finds the header-only CLI11 (Debian: libcli11-dev) and defines CLI11::CLI11.
+find_package(CLI11 CONFIG QUIET)
+if(NOT TARGET CLI11::CLI11)
+  find_path(CLI11_INCLUDE_DIR NAMES CLI/CLI.hpp)
+  include(FindPackageHandleStandardArgs)
+  find_package_handle_standard_args(CLI11 REQUIRED_VARS CLI11_INCLUDE_DIR)
+  if(CLI11_FOUND)
+    add_library(CLI11::CLI11 INTERFACE IMPORTED)
+    set_target_properties(CLI11::CLI11 PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${CLI11_INCLUDE_DIR}")
+  endif()
+else()
+  set(CLI11_FOUND TRUE)
+endif()
