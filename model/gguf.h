@@ -57,8 +57,8 @@ bool ggml_type_block(GgmlType t, int64_t* block_values, int64_t* block_bytes);
 struct GgufValue {
   GgufType type = GgufType::U8;
   GgufType elem_type = GgufType::U8;  // for ARRAY
-  int64_t i = 0;                      // signed integer types and BOOL
-  uint64_t u = 0;                     // unsigned integer types
+  int64_t i = 0;                      // signed integer types and BOOL (and unsigned ones that fit)
+  uint64_t u = 0;                     // unsigned integer types (and non-negative signed ones, BOOL)
   double f = 0;                       // F32, F64
   std::string str;                    // STRING
   std::vector<GgufValue> arr;         // ARRAY of non-string values
@@ -126,10 +126,13 @@ class GgufFile {
   friend class GgufParser;
 };
 
-// Builds a GGUF v3 file: metadata first, then tensors, written with `general.alignment` padding.
+// Builds a GGUF file (version 3 unless set_version(2)): metadata first, then tensors, written with `general.alignment` padding.
 // Tensor bytes are appended through a callback so a 400 MB file is never held in memory twice.
 class GgufWriter {
  public:
+  // Metadata, in the order first set; setting a key again replaces its value in place.
+  // `general.alignment` must be a u32 power of two: it sets the alignment the file is written with
+  // (32 without it). Throws GgufError for a value that cannot be written.
   void set_u32(const std::string& key, uint32_t v);
   void set_i32(const std::string& key, int32_t v);
   void set_u64(const std::string& key, uint64_t v);
@@ -141,14 +144,18 @@ class GgufWriter {
   void set_f32_array(const std::string& key, const std::vector<float>& v);
   // Generic escape hatch for tests that need exotic values (any type, nested arrays).
   void set_value(const std::string& key, const GgufValue& v);
+  // GGUF version written: 3 (default) or 2, whose layout is the same for little-endian files.
+  void set_version(uint32_t version);
 
   // Declares a tensor; `dims` in GGUF order (dims[0] = row length). Its bytes must be produced by
-  // the `fill` callback of write(), in declaration order.
+  // the `fill` callback of write(), in declaration order. Throws GgufError for a repeated name, an
+  // unknown type, 0 or more than 4 dims, a dim <= 0, or a row length that is not whole blocks.
   void add_tensor(const std::string& name, GgmlType type, const std::vector<int64_t>& dims);
 
   // Writes the file. For each declared tensor in order, calls fill(index, dst, bytes) to produce its
-  // data; `progress(done_bytes, total_bytes)` is called as data is written. Throws GgufError on I/O
-  // failure.
+  // data (an empty `fill` writes zeros); `progress(done_bytes, total_bytes)` is called as data is
+  // written. The file is written as `path`.tmp and renamed when complete. Throws GgufError on I/O
+  // failure; exceptions from `fill` propagate. Either way no file is left behind.
   using FillFn = std::function<void(size_t index, uint8_t* dst, size_t bytes)>;
   using ProgressFn = std::function<void(size_t done, size_t total)>;
   void write(const std::string& path, const FillFn& fill, const ProgressFn& progress = {}) const;
@@ -165,6 +172,7 @@ class GgufWriter {
   std::vector<std::pair<std::string, GgufValue>> kv_;
   std::vector<PendingTensor> tensors_;
   uint32_t alignment_ = 32;
+  uint32_t version_ = 3;
 };
 
 }  // namespace tllm

@@ -1,0 +1,518 @@
+// ggml block formats: dequantisation of every format this project reads and round-to-nearest
+// quantisers for the formats it writes.
+//
+// Block layouts (little-endian, fp16 scales; "d" is the scale, "m"/"dmin" the min):
+//   Q4_0  32 values, 18 B: d | qs[16]           x = (nibble - 8) * d
+//   Q4_1  32 values, 20 B: d m | qs[16]         x = nibble * d + m
+//   Q5_0  32 values, 22 B: d | qh[4] | qs[16]   x = (nibble | high bit << 4) - 16) * d
+//   Q5_1  32 values, 24 B: d m | qh[4] | qs[16] x = (nibble | high bit << 4) * d + m
+//   Q8_0  32 values, 34 B: d | int8 qs[32]      x = q * d
+//   In the 32-value formats byte j of qs holds value j (low nibble) and value j + 16 (high nibble);
+//   bit j of the little-endian u32 qh is the fifth bit of value j.
+//   Q2_K 256 values,  84 B: scales[16] | qs[64] | d dmin
+//   Q3_K 256 values, 110 B: hmask[32] | qs[64] | scales[12] | d
+//   Q4_K 256 values, 144 B: d dmin | scales[12] | qs[128]
+//   Q5_K 256 values, 176 B: d dmin | scales[12] | qh[32] | qs[128]
+//   Q6_K 256 values, 210 B: ql[128] | qh[64] | int8 scales[16] | d
+//   The K-quants' layouts are spelled out next to each dequantiser.
+#include "model/quants.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <exception>
+#include <string>
+#include <thread>
+
+namespace tllm {
+
+namespace {
+
+float load_half(const uint8_t* p) { return half_to_float(half_t(p[0] | p[1] << 8)); }
+
+void store_half(uint8_t* p, half_t h) {
+  p[0] = uint8_t(h & 0xff);
+  p[1] = uint8_t(h >> 8);
+}
+
+uint32_t load_u32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+void store_u32(uint8_t* p, uint32_t v) {
+  for (int k = 0; k < 4; ++k) p[k] = uint8_t(v >> (8 * k));
+}
+
+// The smallest fp16 value >= v (v >= 0): a scale chosen this way never makes a quantised value
+// overflow its range because of the scale's own rounding.
+half_t half_at_least(float v) {
+  half_t h = float_to_half(v);
+  if (half_to_float(h) < v) ++h;  // positive finite: the next bit pattern is the next value up
+  return h;
+}
+
+int nearest(float v) { return int(std::lround(v)); }
+
+int clamp_int(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
+
+// ---- 32-value formats ----------------------------------------------------------------------------
+
+void dequant_q4_0(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float((qs[j] & 0x0f) - 8) * d;
+    y[j + 16] = float((qs[j] >> 4) - 8) * d;
+  }
+}
+
+void dequant_q4_1(const uint8_t* b, float* y) {
+  const float d = load_half(b), m = load_half(b + 2);
+  const uint8_t* qs = b + 4;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = float(qs[j] & 0x0f) * d + m;
+    y[j + 16] = float(qs[j] >> 4) * d + m;
+  }
+}
+
+// Five-bit values of a Q5_0/Q5_1 block: low nibbles from qs, fifth bits from qh.
+void unpack_5bit(const uint8_t* qh_bytes, const uint8_t* qs, int* q) {
+  const uint32_t qh = load_u32(qh_bytes);
+  for (int j = 0; j < 16; ++j) {
+    q[j] = (qs[j] & 0x0f) | int((qh >> j) & 1) << 4;
+    q[j + 16] = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+  }
+}
+
+void dequant_q5_0(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  int q[32];
+  unpack_5bit(b + 2, b + 6, q);
+  for (int j = 0; j < 32; ++j) y[j] = float(q[j] - 16) * d;
+}
+
+void dequant_q5_1(const uint8_t* b, float* y) {
+  const float d = load_half(b), m = load_half(b + 2);
+  int q[32];
+  unpack_5bit(b + 4, b + 8, q);
+  for (int j = 0; j < 32; ++j) y[j] = float(q[j]) * d + m;
+}
+
+void dequant_q8_0(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+  for (int j = 0; j < 32; ++j) y[j] = float(qs[j]) * d;
+}
+
+// ---- K-quants (256-value super-blocks) -----------------------------------------------------------
+
+// Q2_K: 16 sub-blocks of 16 values; scales[i] = 4-bit scale (low) | 4-bit min (high) of sub-block i.
+// Value v = 128·h + 32·j + l (h < 2, j < 4, l < 32) is bits 2j..2j+1 of qs[32·h + l] and belongs
+// to sub-block 8·h + 2·j + l/16: x = d·scale·q - dmin·min.
+void dequant_q2_k(const uint8_t* b, float* y) {
+  const uint8_t* scales = b;
+  const uint8_t* qs = b + 16;
+  const float d = load_half(b + 80), dmin = load_half(b + 82);
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t sc = scales[8 * h + 2 * j + l / 16];
+        const int q = (qs[32 * h + l] >> (2 * j)) & 3;
+        y[128 * h + 32 * j + l] = d * float(sc & 0x0f) * float(q) - dmin * float(sc >> 4);
+      }
+    }
+  }
+}
+
+// Q3_K: 16 sub-blocks of 16 values with 6-bit scales (stored +32) packed in 12 bytes: the low four
+// bits of scale i are the low (i < 8) or high (i >= 8) nibble of byte i % 8; its top two bits are
+// bits 2·(i/4)..2·(i/4)+1 of byte 8 + i % 4.
+// Value v = 128·h + 32·j + l takes its low two bits from bits 2j..2j+1 of qs[32·h + l] and its
+// third bit from bit 4·h + j of hmask[l]; q = low2 - (third bit ? 0 : 4), in -4..3;
+// x = d·(scale - 32)·q with the scale of sub-block 8·h + 2·j + l/16.
+int q3_k_scale(const uint8_t* s, int i) {
+  const int low = i < 8 ? s[i] & 0x0f : s[i - 8] >> 4;
+  const int high = (s[8 + i % 4] >> (2 * (i / 4))) & 3;
+  return (low | high << 4) - 32;
+}
+
+void dequant_q3_k(const uint8_t* b, float* y) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const uint8_t* scales = b + 96;
+  const float d = load_half(b + 108);
+  int sc[16];
+  for (int i = 0; i < 16; ++i) sc[i] = q3_k_scale(scales, i);
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        const int low = (qs[32 * h + l] >> (2 * j)) & 3;
+        const int high = (hmask[l] >> (4 * h + j)) & 1;
+        const int q = low - (high ? 0 : 4);
+        y[128 * h + 32 * j + l] = d * float(sc[8 * h + 2 * j + l / 16]) * float(q);
+      }
+    }
+  }
+}
+
+// Q4_K / Q5_K: 8 sub-blocks of 32 values, each with a 6-bit scale and a 6-bit min packed in 12
+// bytes: for i < 4, scale = s[i] & 63 and min = s[i + 4] & 63; for i >= 4, scale = low nibble of
+// s[i + 4] | (s[i - 4] >> 6) << 4 and min = high nibble of s[i + 4] | (s[i] >> 6) << 4.
+void k4_scale_min(const uint8_t* s, int i, int* scale, int* min) {
+  if (i < 4) {
+    *scale = s[i] & 63;
+    *min = s[i + 4] & 63;
+  } else {
+    *scale = (s[i + 4] & 0x0f) | (s[i - 4] >> 6) << 4;
+    *min = (s[i + 4] >> 4) | (s[i] >> 6) << 4;
+  }
+}
+
+// Q4_K: value v = 64·g + 32·u + l (g < 4, u < 2, l < 32) is the low (u = 0) or high (u = 1) nibble
+// of qs[32·g + l] and belongs to sub-block 2·g + u: x = d·scale·q - dmin·min.
+void dequant_q4_k(const uint8_t* b, float* y) {
+  const float d = load_half(b), dmin = load_half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qs = b + 16;
+  for (int g = 0; g < 4; ++g) {
+    for (int u = 0; u < 2; ++u) {
+      int sc, mn;
+      k4_scale_min(scales, 2 * g + u, &sc, &mn);
+      const float dl = d * float(sc), ml = dmin * float(mn);
+      for (int l = 0; l < 32; ++l) {
+        const int q = u ? qs[32 * g + l] >> 4 : qs[32 * g + l] & 0x0f;
+        y[64 * g + 32 * u + l] = dl * float(q) - ml;
+      }
+    }
+  }
+}
+
+// Q5_K: as Q4_K, with the fifth bit of value 64·g + 32·u + l in bit 2·g + u of qh[l].
+void dequant_q5_k(const uint8_t* b, float* y) {
+  const float d = load_half(b), dmin = load_half(b + 2);
+  const uint8_t* scales = b + 4;
+  const uint8_t* qh = b + 16;
+  const uint8_t* qs = b + 48;
+  for (int g = 0; g < 4; ++g) {
+    for (int u = 0; u < 2; ++u) {
+      const int sub = 2 * g + u;
+      int sc, mn;
+      k4_scale_min(scales, sub, &sc, &mn);
+      const float dl = d * float(sc), ml = dmin * float(mn);
+      for (int l = 0; l < 32; ++l) {
+        const int nibble = u ? qs[32 * g + l] >> 4 : qs[32 * g + l] & 0x0f;
+        const int q = nibble | ((qh[l] >> sub) & 1) << 4;
+        y[64 * g + 32 * u + l] = dl * float(q) - ml;
+      }
+    }
+  }
+}
+
+// Q6_K: 16 sub-blocks of 16 values with int8 scales. Value v = 128·h + 32·k + l (h < 2, k < 4,
+// l < 32) has its low four bits in ql[64·h + 32·(k % 2) + l] (low nibble for k < 2, high for
+// k >= 2) and its top two bits in bits 2k..2k+1 of qh[32·h + l]; q = that 6-bit value - 32;
+// x = d·scales[8·h + 2·k + l/16]·q.
+void dequant_q6_k(const uint8_t* b, float* y) {
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+  const float d = load_half(b + 208);
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t lo_byte = ql[64 * h + 32 * (k % 2) + l];
+        const int lo = k < 2 ? lo_byte & 0x0f : lo_byte >> 4;
+        const int hi = (qh[32 * h + l] >> (2 * k)) & 3;
+        const int q = (lo | hi << 4) - 32;
+        y[128 * h + 32 * k + l] = d * float(scales[8 * h + 2 * k + l / 16]) * float(q);
+      }
+    }
+  }
+}
+
+// ---- quantisers ----------------------------------------------------------------------------------
+
+float max_abs(const float* x, int n) {
+  float m = 0;
+  for (int j = 0; j < n; ++j) m = std::max(m, std::fabs(x[j]));
+  return m;
+}
+
+// The value of largest magnitude, with its sign (the first one on ties).
+float signed_max_abs(const float* x, int n) {
+  float m = 0;
+  for (int j = 0; j < n; ++j) {
+    if (std::fabs(x[j]) > std::fabs(m)) m = x[j];
+  }
+  return m;
+}
+
+// Q4_0 / Q5_0: d = -(largest magnitude)/2^(bits-1), so the extreme value maps to the lowest code
+// exactly; values of the opposite sign may clip at the top code (error at most |d|).
+void quant_sym(const float* x, uint8_t* b, int bits) {
+  const int offset = 1 << (bits - 1);
+  const int top = (1 << bits) - 1;
+  const float mx = signed_max_abs(x, 32);
+  const half_t dh = half_at_least(std::fabs(mx) / float(offset));
+  const float d = half_to_float(dh);
+  store_half(b, mx > 0 ? half_t(dh | 0x8000u) : dh);
+  const float id = d != 0 ? (mx > 0 ? -1.0f : 1.0f) / d : 0.0f;
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = clamp_int(nearest(x[j] * id) + offset, 0, top);
+  uint8_t* qs = b + (bits == 4 ? 2 : 6);
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0x0f) | (q[j + 16] & 0x0f) << 4);
+  if (bits == 5) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) qh |= uint32_t(q[j] >> 4) << j;
+    store_u32(b + 2, qh);
+  }
+}
+
+// Q4_1 / Q5_1: x = q·d + m with m = the block minimum and d = range / (2^bits - 1).
+void quant_affine(const float* x, uint8_t* b, int bits) {
+  const int top = (1 << bits) - 1;
+  float lo = x[0], hi = x[0];
+  for (int j = 1; j < 32; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const half_t mh = float_to_half(lo);
+  const float m = half_to_float(mh);
+  const half_t dh = half_at_least((hi - m) / float(top));
+  const float d = half_to_float(dh);
+  store_half(b, dh);
+  store_half(b + 2, mh);
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = clamp_int(nearest((x[j] - m) * id), 0, top);
+  uint8_t* qs = b + (bits == 4 ? 4 : 8);
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t((q[j] & 0x0f) | (q[j + 16] & 0x0f) << 4);
+  if (bits == 5) {
+    uint32_t qh = 0;
+    for (int j = 0; j < 32; ++j) qh |= uint32_t(q[j] >> 4) << j;
+    store_u32(b + 4, qh);
+  }
+}
+
+void quant_q8_0(const float* x, uint8_t* b) {
+  const half_t dh = half_at_least(max_abs(x, 32) / 127.0f);
+  const float d = half_to_float(dh);
+  store_half(b, dh);
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  int8_t* qs = reinterpret_cast<int8_t*>(b + 2);
+  for (int j = 0; j < 32; ++j) qs[j] = int8_t(clamp_int(nearest(x[j] * id), -127, 127));
+}
+
+// Q4_K: each 32-value sub-block gets step = range/15 (range from min(0, lo) to hi) and min = -min(0,
+// lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales d and dmin. The step is
+// rounded up to a multiple of d so the top code never clips: error <= step/2 + dmin/2.
+void quant_q4_k(const float* x, uint8_t* b) {
+  float step[8], mins[8];
+  float max_step = 0, max_min = 0;
+  for (int i = 0; i < 8; ++i) {
+    float lo = 0, hi = x[32 * i];
+    for (int l = 0; l < 32; ++l) {
+      lo = std::min(lo, x[32 * i + l]);
+      hi = std::max(hi, x[32 * i + l]);
+    }
+    step[i] = (hi - lo) / 15.0f;
+    mins[i] = -lo;
+    max_step = std::max(max_step, step[i]);
+    max_min = std::max(max_min, mins[i]);
+  }
+  const half_t dh = half_at_least(max_step / 63.0f), mh = half_at_least(max_min / 63.0f);
+  const float d = half_to_float(dh), dmin = half_to_float(mh);
+  int sc[8], mn[8];
+  for (int i = 0; i < 8; ++i) {
+    sc[i] = d != 0 ? int(std::min(63.0f, std::ceil(step[i] / d))) : 0;
+    mn[i] = dmin != 0 ? std::min(63, nearest(mins[i] / dmin)) : 0;
+  }
+  std::memset(b, 0, 144);
+  store_half(b, dh);
+  store_half(b + 2, mh);
+  uint8_t* s = b + 4;
+  for (int i = 0; i < 4; ++i) {
+    s[i] = uint8_t(sc[i] | (sc[i + 4] >> 4) << 6);
+    s[i + 4] = uint8_t(mn[i] | (mn[i + 4] >> 4) << 6);
+    s[i + 8] = uint8_t((sc[i + 4] & 0x0f) | (mn[i + 4] & 0x0f) << 4);
+  }
+  uint8_t* qs = b + 16;
+  for (int i = 0; i < 8; ++i) {
+    const float dl = d * float(sc[i]), ml = dmin * float(mn[i]);
+    const float id = dl != 0 ? 1.0f / dl : 0.0f;
+    for (int l = 0; l < 32; ++l) {
+      const int q = clamp_int(nearest((x[32 * i + l] + ml) * id), 0, 15);
+      qs[32 * (i / 2) + l] |= uint8_t(i % 2 ? q << 4 : q);
+    }
+  }
+}
+
+// Q6_K: each 16-value sub-block gets step = (largest magnitude)/31, stored as an int8 multiple of the
+// fp16 super-scale d and rounded up so that no value clips: error <= step/2.
+void quant_q6_k(const float* x, uint8_t* b) {
+  float step[16];
+  float max_step = 0;
+  for (int i = 0; i < 16; ++i) {
+    step[i] = max_abs(x + 16 * i, 16) / 31.0f;
+    max_step = std::max(max_step, step[i]);
+  }
+  const half_t dh = half_at_least(max_step / 127.0f);
+  const float d = half_to_float(dh);
+  std::memset(b, 0, 210);
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  int8_t* scales = reinterpret_cast<int8_t*>(b + 192);
+  store_half(b + 208, dh);
+  for (int i = 0; i < 16; ++i) scales[i] = int8_t(d != 0 ? int(std::min(127.0f, std::ceil(step[i] / d))) : 0);
+  for (int h = 0; h < 2; ++h) {
+    for (int k = 0; k < 4; ++k) {
+      for (int l = 0; l < 32; ++l) {
+        const float dl = d * float(scales[8 * h + 2 * k + l / 16]);
+        const float v = x[128 * h + 32 * k + l];
+        const int q = (dl != 0 ? clamp_int(nearest(v / dl), -32, 31) : 0) + 32;
+        ql[64 * h + 32 * (k % 2) + l] |= uint8_t(k < 2 ? q & 0x0f : (q & 0x0f) << 4);
+        qh[32 * h + l] |= uint8_t((q >> 4) << (2 * k));
+      }
+    }
+  }
+}
+
+half_t float_to_bf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return half_t((bits >> 16) | 0x40);  // quiet NaN
+  bits += 0x7fffu + ((bits >> 16) & 1);  // round to nearest even
+  return half_t(bits >> 16);
+}
+
+float bf16_to_float(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void check_row(GgmlType t, int64_t n, const char* what) {
+  int64_t bv = 0;
+  if (!ggml_type_block(t, &bv, nullptr)) {
+    throw GgufError(std::string(what) + ": unknown type " + std::to_string(static_cast<uint32_t>(t)));
+  }
+  if (n < 0 || n % bv != 0) {
+    throw GgufError(std::string(what) + ": " + std::to_string(n) + " values is not a multiple of the " +
+                    ggml_type_name(t) + " block size " + std::to_string(bv));
+  }
+}
+
+}  // namespace
+
+bool can_dequantize(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::Q8_0: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
+    case GgmlType::Q5_K: case GgmlType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
+  if (!can_dequantize(t)) {
+    throw GgufError(std::string("dequantize_row: type ") + ggml_type_name(t) + " cannot be dequantised");
+  }
+  check_row(t, n, "dequantize_row");
+  const uint8_t* s = static_cast<const uint8_t*>(src);
+  switch (t) {
+    case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case GgmlType::F16:
+      for (int64_t j = 0; j < n; ++j) dst[j] = load_half(s + 2 * j);
+      return;
+    case GgmlType::BF16:
+      for (int64_t j = 0; j < n; ++j) dst[j] = bf16_to_float(uint16_t(s[2 * j] | s[2 * j + 1] << 8));
+      return;
+    default: break;
+  }
+  void (*block)(const uint8_t*, float*) = nullptr;
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t, &bv, &bb);
+  switch (t) {
+    case GgmlType::Q4_0: block = dequant_q4_0; break;
+    case GgmlType::Q4_1: block = dequant_q4_1; break;
+    case GgmlType::Q5_0: block = dequant_q5_0; break;
+    case GgmlType::Q5_1: block = dequant_q5_1; break;
+    case GgmlType::Q8_0: block = dequant_q8_0; break;
+    case GgmlType::Q2_K: block = dequant_q2_k; break;
+    case GgmlType::Q3_K: block = dequant_q3_k; break;
+    case GgmlType::Q4_K: block = dequant_q4_k; break;
+    case GgmlType::Q5_K: block = dequant_q5_k; break;
+    case GgmlType::Q6_K: block = dequant_q6_k; break;
+    default: break;
+  }
+  for (int64_t i = 0; i < n / bv; ++i) block(s + i * bb, dst + i * bv);
+}
+
+void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
+  check_row(t, n, "quantize_row");
+  uint8_t* d = static_cast<uint8_t*>(dst);
+  switch (t) {
+    case GgmlType::F32: std::memcpy(dst, src, size_t(n) * 4); return;
+    case GgmlType::F16:
+      for (int64_t j = 0; j < n; ++j) store_half(d + 2 * j, float_to_half(src[j]));
+      return;
+    case GgmlType::BF16:
+      for (int64_t j = 0; j < n; ++j) store_half(d + 2 * j, float_to_bf16(src[j]));
+      return;
+    case GgmlType::Q4_0:
+      for (int64_t i = 0; i < n / 32; ++i) quant_sym(src + 32 * i, d + 18 * i, 4);
+      return;
+    case GgmlType::Q5_0:
+      for (int64_t i = 0; i < n / 32; ++i) quant_sym(src + 32 * i, d + 22 * i, 5);
+      return;
+    case GgmlType::Q4_1:
+      for (int64_t i = 0; i < n / 32; ++i) quant_affine(src + 32 * i, d + 20 * i, 4);
+      return;
+    case GgmlType::Q5_1:
+      for (int64_t i = 0; i < n / 32; ++i) quant_affine(src + 32 * i, d + 24 * i, 5);
+      return;
+    case GgmlType::Q8_0:
+      for (int64_t i = 0; i < n / 32; ++i) quant_q8_0(src + 32 * i, d + 34 * i);
+      return;
+    case GgmlType::Q4_K:
+      for (int64_t i = 0; i < n / 256; ++i) quant_q4_k(src + 256 * i, d + 144 * i);
+      return;
+    case GgmlType::Q6_K:
+      for (int64_t i = 0; i < n / 256; ++i) quant_q6_k(src + 256 * i, d + 210 * i);
+      return;
+    default:
+      throw GgufError(std::string("quantize_row: type ") + ggml_type_name(t) + " cannot be quantised");
+  }
+}
+
+void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
+  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  if (threads <= 1) {
+    for (int64_t i = 0; i < n; ++i) fn(i);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        for (int64_t i = next++; i < n; i = next++) fn(i);
+      } catch (...) {
+        errors[size_t(t)] = std::current_exception();
+        next = n;  // the other threads stop taking work
+      }
+    });
+  }
+  for (std::thread& th : pool) th.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // namespace tllm

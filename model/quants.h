@@ -1,0 +1,50 @@
+// ggml block formats: dequantisation to fp32, quantisation (for writing models and tests), and
+// requantisation of GGUF tensors into the two weight types the backends compute with (W8, FP16).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gguf.h"
+
+namespace tllm {
+
+// Dequantises `n` values of type `t` (n a multiple of the type's block size) from `src` to `dst`.
+// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+// Throws GgufError for any other type.
+void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
+
+// True when dequantize_row handles `t`.
+bool can_dequantize(GgmlType t);
+
+// Quantises `n` fp32 values into type `t` (round-to-nearest reference quantisers). Supports F32,
+// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K. Throws GgufError for any other type.
+void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+
+// Runs fn(i) for every i in [0, n), shared out among the host's threads (one per core); returns when
+// all are done and rethrows the first exception any call threw. Calls must be independent.
+void parallel_for(int64_t n, const std::function<void(int64_t i)>& fn);
+
+// A weight matrix in host memory in one of the backend weight types, owning its storage.
+struct HostWeights {
+  WeightType type = WeightType::W8;
+  int64_t n = 0;                 // rows (output features)
+  int64_t k = 0;                 // row length (input features)
+  std::vector<int8_t> q;         // W8: (n, k)
+  std::vector<half_t> scales;    // W8: (n, k / kW8Group)
+  std::vector<half_t> f16;       // F16: (n, k)
+  HostMatrix view() const;       // borrowed view to hand to Backend::upload_matrix
+};
+
+// Requantises a 2-D GGUF tensor (dims = {k, n}) to W8: each group of kW8Group values along a row
+// gets scale = max|w| / 127 (rounded to fp16) and q = round(w / scale). Throws GgufError when the
+// tensor is not 2-D, k is not a multiple of kW8Group, or the type cannot be dequantised.
+HostWeights requantize_w8(const TensorInfo& t);
+// Converts a 2-D GGUF tensor to FP16 (used for lm_head and the embedding table it shares).
+HostWeights convert_f16(const TensorInfo& t);
+// Dequantises a whole tensor of any supported type (norm weights, biases) to fp32.
+std::vector<float> dequantize_tensor(const TensorInfo& t);
+
+}  // namespace tllm

@@ -1,0 +1,146 @@
+// Requantisation of GGUF weight tensors into the backends' weight types.
+//
+// A 2-D GGUF weight has dims = {k, n}: n rows (output features) of k values (input features), each
+// row a whole number of blocks. Rows are dequantised to fp32 one at a time and re-encoded:
+//   W8:  per group of kW8Group values along k, scale = fp16(max|w| / 127) and
+//        q = clamp(round(w / scale), -127, 127) with the stored (rounded) scale; an all-zero group
+//        gets scale 0 and q 0. Error per value: |w - q·scale| <= scale/2, plus at most
+//        max|w|·2^-11 on the largest values when rounding the scale to fp16 made it smaller.
+//   F16: w rounded to fp16.
+// Rows are independent, so they are spread over the host's threads.
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "model/quants.h"
+
+namespace tllm {
+
+namespace {
+
+// Runs fn(begin, end) over [0, n) in slices of kRowsPerTask rows, in parallel.
+void for_row_ranges(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  constexpr int64_t kRowsPerTask = 64;
+  parallel_for((n + kRowsPerTask - 1) / kRowsPerTask, [&](int64_t task) {
+    fn(task * kRowsPerTask, std::min(n, (task + 1) * kRowsPerTask));
+  });
+}
+
+struct MatrixShape {
+  int64_t n = 0;          // rows
+  int64_t k = 0;          // values per row
+  size_t row_bytes = 0;   // encoded bytes per row
+};
+
+// Checks that the tensor's type can be dequantised and that its bytes are all there.
+void check_readable(const TensorInfo& t) {
+  const std::string tn = "tensor '" + t.name + "'";
+  if (!can_dequantize(t.type)) {
+    throw GgufError(tn + ": type " + ggml_type_name(t.type) + " cannot be dequantised");
+  }
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t.type, &bv, &bb);
+  if (!t.data || t.bytes < size_t(t.n_elements() / bv * bb)) {
+    throw GgufError(tn + ": data missing or shorter than its shape");
+  }
+}
+
+MatrixShape matrix_shape(const TensorInfo& t, const char* what) {
+  if (t.dims.size() != 2) {
+    throw GgufError("tensor '" + t.name + "': " + what + " needs a 2-D tensor, it has " +
+                    std::to_string(t.dims.size()) + " dimensions");
+  }
+  check_readable(t);
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t.type, &bv, &bb);
+  MatrixShape s;
+  s.k = t.dims[0];
+  s.n = t.dims[1];
+  s.row_bytes = size_t(s.k / bv * bb);
+  return s;
+}
+
+}  // namespace
+
+HostMatrix HostWeights::view() const {
+  HostMatrix m;
+  m.type = type;
+  m.n = n;
+  m.k = k;
+  if (type == WeightType::W8) {
+    m.q = q.data();
+    m.scales = scales.data();
+  } else {
+    m.f16 = f16.data();
+  }
+  return m;
+}
+
+HostWeights requantize_w8(const TensorInfo& t) {
+  const MatrixShape s = matrix_shape(t, "W8 requantisation");
+  if (s.k % kW8Group != 0) {
+    throw GgufError("tensor '" + t.name + "': row length " + std::to_string(s.k) +
+                    " is not a multiple of the W8 group size " + std::to_string(kW8Group));
+  }
+  HostWeights w;
+  w.type = WeightType::W8;
+  w.n = s.n;
+  w.k = s.k;
+  w.q.resize(size_t(s.n * s.k));           // (n, k)
+  w.scales.resize(size_t(s.n * s.k / kW8Group));  // (n, k / kW8Group)
+  for_row_ranges(s.n, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(s.k));  // (k)
+    for (int64_t r = begin; r < end; ++r) {
+      dequantize_row(t.type, t.data + size_t(r) * s.row_bytes, row.data(), s.k);
+      for (int64_t g = 0; g < s.k / kW8Group; ++g) {
+        const float* x = row.data() + g * kW8Group;
+        float amax = 0;
+        bool finite = true;
+        for (int j = 0; j < kW8Group; ++j) {
+          amax = std::max(amax, std::fabs(x[j]));
+          finite = finite && std::isfinite(x[j]);
+        }
+        const half_t sh = float_to_half(amax / 127.0f);
+        const float scale = half_to_float(sh);
+        if (!finite || !std::isfinite(scale)) {
+          throw GgufError("tensor '" + t.name + "': row " + std::to_string(r) +
+                          " holds values that are not finite or too large for an fp16 scale");
+        }
+        w.scales[size_t(r * (s.k / kW8Group) + g)] = sh;
+        int8_t* q = w.q.data() + r * s.k + g * kW8Group;
+        for (int j = 0; j < kW8Group; ++j) {
+          q[j] = scale == 0 ? 0 : int8_t(std::clamp(std::lround(x[j] / scale), -127L, 127L));
+        }
+      }
+    }
+  });
+  return w;
+}
+
+HostWeights convert_f16(const TensorInfo& t) {
+  const MatrixShape s = matrix_shape(t, "FP16 conversion");
+  HostWeights w;
+  w.type = WeightType::F16;
+  w.n = s.n;
+  w.k = s.k;
+  w.f16.resize(size_t(s.n * s.k));  // (n, k)
+  for_row_ranges(s.n, [&](int64_t begin, int64_t end) {
+    std::vector<float> row(static_cast<size_t>(s.k));  // (k)
+    for (int64_t r = begin; r < end; ++r) {
+      dequantize_row(t.type, t.data + size_t(r) * s.row_bytes, row.data(), s.k);
+      half_t* out = w.f16.data() + r * s.k;
+      for (int64_t j = 0; j < s.k; ++j) out[j] = float_to_half(row[size_t(j)]);
+    }
+  });
+  return w;
+}
+
+std::vector<float> dequantize_tensor(const TensorInfo& t) {
+  check_readable(t);
+  std::vector<float> out(static_cast<size_t>(t.n_elements()));
+  dequantize_row(t.type, t.data, out.data(), t.n_elements());
+  return out;
+}
+
+}  // namespace tllm

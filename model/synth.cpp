@@ -1,0 +1,364 @@
+// Synthetic model writer: declares the tensors and metadata of the configured model and generates
+// every tensor's values in fixed-size chunks of rows, each chunk from its own PRNG stream (seeded by
+// the config seed, the tensor index and the chunk index), so the bytes do not depend on how the work
+// is scheduled.
+#include "model/synth.h"
+
+#include <algorithm>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "model/quants.h"
+
+namespace tllm {
+
+namespace {
+
+// llama.cpp token types.
+constexpr int32_t kTokenNormal = 1;
+constexpr int32_t kTokenControl = 3;
+constexpr int32_t kTokenUnused = 5;
+
+// llama.cpp file types (general.file_type).
+uint32_t file_type(SynthMix m) {
+  switch (m) {
+    case SynthMix::Q4_K_M: return 15;
+    case SynthMix::Q8_0: return 7;
+    case SynthMix::F16: return 1;
+    case SynthMix::F32: return 0;
+  }
+  return 0;
+}
+
+// splitmix64: a 64-bit counter passed through a bijective mixer; identical output everywhere.
+class Rng {
+ public:
+  explicit Rng(uint64_t seed) : state_(seed) {}
+  uint64_t next() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  // Approximately standard normal: the sum of four uniform 16-bit draws (Irwin-Hall, bounded at
+  // ±3.46), centred and scaled to unit variance.
+  float normal() {
+    const uint64_t r = next();
+    const int32_t sum = int32_t(r & 0xffff) + int32_t(r >> 16 & 0xffff) + int32_t(r >> 32 & 0xffff) +
+                        int32_t(r >> 48);
+    constexpr float kInvStd = 1.0f / 37837.23f;  // 1 / sqrt(4 · (65536² - 1) / 12)
+    return float(sum - 2 * 65535) * kInvStd;
+  }
+
+ private:
+  uint64_t state_;
+};
+
+uint64_t stream_seed(uint64_t seed, size_t tensor, int64_t chunk) {
+  Rng r(seed ^ (uint64_t(tensor) * 0xd1b54a32d192ed03ull) ^ (uint64_t(chunk) * 0x8cb92ba72f3d8dd7ull));
+  return r.next();
+}
+
+[[noreturn]] void bad_config(const std::string& problem) {
+  throw GgufError("synthetic model: " + problem);
+}
+
+void validate(const SynthConfig& c) {
+  if (c.arch != "qwen2" && c.arch != "llama") bad_config("unknown arch '" + c.arch + "' (qwen2 or llama)");
+  if (c.n_layer <= 0 || c.n_embd <= 0 || c.n_ff <= 0 || c.n_head <= 0 || c.n_head_kv <= 0 ||
+      c.n_vocab <= 0 || c.n_ctx <= 0) {
+    bad_config("n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab and n_ctx must be positive");
+  }
+  if (c.n_embd % c.n_head != 0) {
+    bad_config("n_embd " + std::to_string(c.n_embd) + " is not a multiple of n_head " + std::to_string(c.n_head));
+  }
+  if ((c.n_embd / c.n_head) % 2 != 0) bad_config("head_dim " + std::to_string(c.n_embd / c.n_head) + " is odd");
+  if (c.n_head % c.n_head_kv != 0) {
+    bad_config("n_head " + std::to_string(c.n_head) + " is not a multiple of n_head_kv " +
+               std::to_string(c.n_head_kv));
+  }
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0) bad_config("n_embd and n_ff must be multiples of 32");
+}
+
+// llama.cpp's choice of the layers that get more bits in the _M mixes.
+bool use_more_bits(int layer, int n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+// K-quants need rows that are whole 256-value super-blocks; llama.cpp falls back otherwise.
+GgmlType k_quant_or_fallback(GgmlType t, int64_t row_length) {
+  if (row_length % 256 == 0) return t;
+  return t == GgmlType::Q6_K ? GgmlType::Q8_0 : GgmlType::Q5_0;
+}
+
+enum class Role { Matrix, MoreBitsMatrix, OutputMatrix };
+
+GgmlType matrix_type(SynthMix mix, Role role, int64_t row_length) {
+  switch (mix) {
+    case SynthMix::Q4_K_M:
+      return k_quant_or_fallback(role == Role::Matrix ? GgmlType::Q4_K : GgmlType::Q6_K, row_length);
+    case SynthMix::Q8_0: return GgmlType::Q8_0;
+    case SynthMix::F16: return GgmlType::F16;
+    case SynthMix::F32: return GgmlType::F32;
+  }
+  return GgmlType::F32;
+}
+
+// ---- tokenizer ---------------------------------------------------------------------------------
+
+struct Vocab {
+  std::vector<std::string> tokens;  // (n_vocab)
+  std::vector<int32_t> types;       // (n_vocab)
+  std::vector<std::string> merges;
+  int32_t endoftext = 0, im_end = 0;
+};
+
+// GPT-2's byte-to-unicode mapping: printable bytes stand for themselves, the others are shifted to
+// code points 256 and up. Listed in the order of the GPT-2 and Qwen2 vocabularies (printable
+// ranges first).
+std::vector<std::string> byte_level_tokens() {
+  auto utf8 = [](uint32_t cp) {
+    std::string s;
+    if (cp < 0x80) {
+      s += char(cp);
+    } else {
+      s += char(0xc0 | (cp >> 6));
+      s += char(0x80 | (cp & 0x3f));
+    }
+    return s;
+  };
+  std::vector<bool> printable(256, false);
+  for (uint32_t b = '!'; b <= '~'; ++b) printable[b] = true;
+  for (uint32_t b = 0xa1; b <= 0xac; ++b) printable[b] = true;
+  for (uint32_t b = 0xae; b <= 0xff; ++b) printable[b] = true;
+  std::vector<std::string> tokens;
+  for (uint32_t b = 0; b < 256; ++b) {
+    if (printable[b]) tokens.push_back(utf8(b));
+  }
+  uint32_t shifted = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    if (!printable[b]) tokens.push_back(utf8(shifted++));
+  }
+  return tokens;
+}
+
+void read_hf_tokenizer(const std::string& dir, Vocab& v) {
+  const std::string vocab_path = dir + "/vocab.json";
+  std::ifstream vf(vocab_path);
+  if (!vf) throw GgufError(vocab_path + ": cannot open");
+  nlohmann::json j;
+  try {
+    vf >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw GgufError(vocab_path + ": not valid JSON (" + e.what() + ")");
+  }
+  if (!j.is_object() || j.empty()) throw GgufError(vocab_path + ": expected a non-empty object of token ids");
+  std::vector<std::string> tokens(j.size());
+  std::vector<bool> seen(j.size(), false);
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (!it.value().is_number_integer()) throw GgufError(vocab_path + ": id of '" + it.key() + "' is not an integer");
+    const int64_t id = it.value().get<int64_t>();
+    if (id < 0 || id >= int64_t(tokens.size())) {
+      throw GgufError(vocab_path + ": id " + std::to_string(id) + " of '" + it.key() +
+                      "' is outside 0.." + std::to_string(tokens.size() - 1));
+    }
+    if (seen[size_t(id)]) throw GgufError(vocab_path + ": id " + std::to_string(id) + " appears twice");
+    seen[size_t(id)] = true;
+    tokens[size_t(id)] = it.key();
+  }
+  v.tokens = std::move(tokens);
+  v.types.assign(v.tokens.size(), kTokenNormal);
+
+  const std::string merges_path = dir + "/merges.txt";
+  std::ifstream mf(merges_path);
+  if (!mf) throw GgufError(merges_path + ": cannot open");
+  std::string line;
+  while (std::getline(mf, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || line.rfind("#version", 0) == 0) continue;
+    if (line.find(' ') == std::string::npos) {
+      throw GgufError(merges_path + ": merge '" + line + "' is not two tokens separated by a space");
+    }
+    v.merges.push_back(line);
+  }
+}
+
+Vocab build_vocab(const SynthConfig& c) {
+  Vocab v;
+  if (c.tokenizer_dir.empty()) {
+    v.tokens = byte_level_tokens();
+    v.types.assign(v.tokens.size(), kTokenNormal);
+  } else {
+    read_hf_tokenizer(c.tokenizer_dir, v);
+  }
+  const int64_t needed = int64_t(v.tokens.size()) + 3;
+  if (c.n_vocab < needed) {
+    bad_config("n_vocab " + std::to_string(c.n_vocab) + " is smaller than the " + std::to_string(needed) +
+               " tokens of the vocabulary and its control tokens");
+  }
+  v.endoftext = int32_t(v.tokens.size());
+  v.im_end = v.endoftext + 2;
+  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    v.tokens.emplace_back(special);
+    v.types.push_back(kTokenControl);
+  }
+  for (int32_t id = int32_t(v.tokens.size()); id < c.n_vocab; ++id) {
+    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    v.types.push_back(kTokenUnused);
+  }
+  return v;
+}
+
+// ChatML, as Qwen2.5 uses it: a system turn (Qwen's default one when the conversation has none),
+// then each message as <|im_start|>role\ncontent<|im_end|>\n, then the assistant prompt.
+const char* kChatTemplate =
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
+    "{%- else %}\n"
+    "    {{- '<|im_start|>system\\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+    "<|im_end|>\\n' }}\n"
+    "{%- endif %}\n"
+    "{%- for message in messages %}\n"
+    "    {%- if not (message['role'] == 'system' and loop.first) %}\n"
+    "        {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n"
+    "{%- if add_generation_prompt %}\n"
+    "    {{- '<|im_start|>assistant\\n' }}\n"
+    "{%- endif %}\n";
+
+// ---- weights -----------------------------------------------------------------------------------
+
+bool ends_with(const std::string& s, const char* suffix) {
+  const size_t n = std::char_traits<char>::length(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+// Fills dst with the tensor's values, quantised to its type, a chunk of rows at a time.
+void generate_tensor(const SynthConfig& c, size_t index, const SynthTensor& t, uint8_t* dst) {
+  float mean = 0, stddev = c.weight_std;
+  if (ends_with(t.name, "_norm.weight")) {
+    mean = 1.0f;
+    stddev = 0.05f;
+  } else if (ends_with(t.name, ".bias")) {
+    stddev = 0.02f;
+  }
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t.type, &bv, &bb);
+  const int64_t k = t.dims[0];
+  int64_t rows = 1;
+  for (size_t d = 1; d < t.dims.size(); ++d) rows *= t.dims[d];
+  const size_t row_bytes = size_t(k / bv * bb);
+  const int64_t chunk_rows = std::max<int64_t>(1, (int64_t(1) << 16) / k);
+  const int64_t n_chunks = (rows + chunk_rows - 1) / chunk_rows;
+
+  parallel_for(n_chunks, [&](int64_t ch) {
+    const int64_t r0 = ch * chunk_rows;
+    const int64_t nr = std::min(chunk_rows, rows - r0);
+    std::vector<float> values(static_cast<size_t>(nr * k));  // (nr, k)
+    Rng rng(stream_seed(c.seed, index, ch));
+    for (float& v : values) v = mean + stddev * rng.normal();
+    quantize_row(t.type, values.data(), dst + size_t(r0) * row_bytes, nr * k);
+  });
+}
+
+}  // namespace
+
+SynthConfig qwen25_05b_q4km() { return SynthConfig{}; }
+
+SynthConfig tiny_test_model() {
+  SynthConfig c;
+  c.name = "Synthetic tiny qwen2";
+  c.n_layer = 2;
+  c.n_embd = 64;
+  c.n_ff = 256;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.n_vocab = 272;
+  c.n_ctx = 256;
+  return c;
+}
+
+SynthConfig tiny_llama_test_model() {
+  SynthConfig c = tiny_test_model();
+  c.arch = "llama";
+  c.name = "Synthetic tiny llama";
+  c.tied = false;
+  c.qkv_bias = false;
+  c.rope_theta = 10000.0f;
+  c.rms_eps = 1e-5f;
+  return c;
+}
+
+std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
+  validate(c);
+  const int64_t n_embd = c.n_embd, n_ff = c.n_ff, n_vocab = c.n_vocab;
+  const int64_t head_dim = c.n_embd / c.n_head;
+  const int64_t kv_dim = c.n_head_kv * head_dim;
+  std::vector<SynthTensor> ts;
+  auto add = [&](const std::string& name, GgmlType type, std::vector<int64_t> dims) {
+    ts.push_back({name, type, std::move(dims)});
+  };
+  auto matrix = [&](const std::string& name, Role role, int64_t k, int64_t n) {
+    add(name, matrix_type(c.mix, role, k), {k, n});
+  };
+  // With tied embeddings token_embd.weight is also the output projection and is typed as one.
+  matrix("token_embd.weight", c.tied ? Role::OutputMatrix : Role::Matrix, n_embd, n_vocab);  // (n_vocab, n_embd)
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const Role more = use_more_bits(l, c.n_layer) ? Role::MoreBitsMatrix : Role::Matrix;
+    add(p + "attn_norm.weight", GgmlType::F32, {n_embd});
+    matrix(p + "attn_q.weight", Role::Matrix, n_embd, n_embd);                 // (n_head·head_dim, n_embd)
+    if (c.qkv_bias) add(p + "attn_q.bias", GgmlType::F32, {n_embd});
+    matrix(p + "attn_k.weight", Role::Matrix, n_embd, kv_dim);                 // (n_head_kv·head_dim, n_embd)
+    if (c.qkv_bias) add(p + "attn_k.bias", GgmlType::F32, {kv_dim});
+    matrix(p + "attn_v.weight", more, n_embd, kv_dim);                         // (n_head_kv·head_dim, n_embd)
+    if (c.qkv_bias) add(p + "attn_v.bias", GgmlType::F32, {kv_dim});
+    matrix(p + "attn_output.weight", Role::Matrix, n_embd, n_embd);            // (n_embd, n_head·head_dim)
+    add(p + "ffn_norm.weight", GgmlType::F32, {n_embd});
+    matrix(p + "ffn_gate.weight", Role::Matrix, n_embd, n_ff);                 // (n_ff, n_embd)
+    matrix(p + "ffn_up.weight", Role::Matrix, n_embd, n_ff);                   // (n_ff, n_embd)
+    matrix(p + "ffn_down.weight", more, n_ff, n_embd);                         // (n_embd, n_ff)
+  }
+  add("output_norm.weight", GgmlType::F32, {n_embd});
+  if (!c.tied) matrix("output.weight", Role::OutputMatrix, n_embd, n_vocab);   // (n_vocab, n_embd)
+  return ts;
+}
+
+void write_synth_model(const SynthConfig& c, const std::string& path,
+                       const std::function<void(size_t, size_t)>& progress) {
+  const std::vector<SynthTensor> tensors = synth_tensors(c);
+  const Vocab vocab = build_vocab(c);
+  const std::string a = c.arch + ".";
+
+  GgufWriter w;
+  w.set_string("general.architecture", c.arch);
+  w.set_string("general.name", c.name);
+  w.set_u32("general.file_type", file_type(c.mix));
+  w.set_u32("general.quantization_version", 2);
+  w.set_u32(a + "context_length", uint32_t(c.n_ctx));
+  w.set_u32(a + "embedding_length", uint32_t(c.n_embd));
+  w.set_u32(a + "feed_forward_length", uint32_t(c.n_ff));
+  w.set_u32(a + "block_count", uint32_t(c.n_layer));
+  w.set_u32(a + "attention.head_count", uint32_t(c.n_head));
+  w.set_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
+  w.set_u32(a + "rope.dimension_count", uint32_t(c.n_embd / c.n_head));
+  w.set_f32(a + "rope.freq_base", c.rope_theta);
+  w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
+  w.set_string("tokenizer.ggml.model", "gpt2");
+  w.set_string("tokenizer.ggml.pre", "qwen2");
+  w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
+  w.set_string_array("tokenizer.ggml.merges", vocab.merges);
+  w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.endoftext));
+  w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.im_end));
+  w.set_u32("tokenizer.ggml.padding_token_id", uint32_t(vocab.endoftext));
+  w.set_bool("tokenizer.ggml.add_bos_token", false);
+  w.set_string("tokenizer.chat_template", kChatTemplate);
+  for (const SynthTensor& t : tensors) w.add_tensor(t.name, t.type, t.dims);
+
+  w.write(
+      path, [&](size_t i, uint8_t* dst, size_t) { generate_tensor(c, i, tensors[i], dst); }, progress);
+}
+
+}  // namespace tllm

@@ -1,0 +1,92 @@
+// Synthetic models: GGUF files with the exact tensor shapes, tensor types and metadata of a real model
+// (by default Qwen2.5-0.5B-Instruct Q4_K_M as llama.cpp writes it) and random but deterministic
+// weights. They stand in for the real model in benchmarks and tests: same bytes to stream, same code
+// paths, no download.
+//
+// Weights are drawn from a seeded PRNG (splitmix64; the same bytes on every platform), scaled like a
+// trained model's (matrices std weight_std, norm weights near 1, small biases), and quantised with
+// quantize_row so every block is valid. The forward pass of such a model gives finite, varied logits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/gguf.h"
+
+namespace tllm {
+
+// How the weight matrices are stored. Norm weights and biases are always F32.
+enum class SynthMix : uint8_t {
+  // llama.cpp's Q4_K_M: Q4_K matrices; Q6_K for attn_v and ffn_down in the layers that get more
+  // bits (the first and last eighth of the layers and every third layer between) and for the
+  // output projection (token_embd.weight when the embeddings are tied). A matrix whose row length
+  // is not a multiple of 256 falls back to Q5_0 (for Q4_K) or Q8_0 (for Q6_K), as llama.cpp does.
+  Q4_K_M,
+  Q8_0,  // every matrix Q8_0
+  F16,   // every matrix F16
+  F32,   // every matrix F32
+};
+
+struct SynthConfig {
+  std::string arch = "qwen2";  // "qwen2" or "llama"
+  std::string name = "Synthetic Qwen2.5 0.5B Instruct";
+  int n_layer = 24;
+  int n_embd = 896;
+  int n_ff = 4864;
+  int n_head = 14;
+  int n_head_kv = 2;           // head_dim = n_embd / n_head
+  int n_vocab = 151936;        // rows of token_embd.weight and length of the token list
+  int n_ctx = 32768;           // <arch>.context_length
+  float rope_theta = 1e6f;
+  float rms_eps = 1e-6f;
+  bool tied = true;            // no output.weight: the output projection reuses token_embd.weight
+  bool qkv_bias = true;        // attn_q/k/v.bias tensors
+  SynthMix mix = SynthMix::Q4_K_M;
+  uint64_t seed = 0x7116e11a5eedull;
+  float weight_std = 0.02f;    // standard deviation of the matrix weights
+  // Folder with a Hugging Face byte-level BPE tokenizer (vocab.json + merges.txt). Empty: a
+  // byte-level vocabulary without merges (see write_synth_model).
+  std::string tokenizer_dir;
+};
+
+// One tensor of the model as it will be declared in the file.
+struct SynthTensor {
+  std::string name;
+  GgmlType type = GgmlType::F32;
+  std::vector<int64_t> dims;  // GGUF order: dims[0] = row length
+};
+
+// Qwen2.5-0.5B-Instruct Q4_K_M: 24 layers, n_embd 896, n_ff 4864, 14 heads / 2 KV heads
+// (head_dim 64), n_vocab 151936, tied embeddings, q/k/v biases; 290 tensors, about 400 MB.
+SynthConfig qwen25_05b_q4km();
+// A qwen2 model small enough for unit tests with the same tensor-type mix as the benchmark model:
+// 2 layers (layer 0 plain, layer 1 "more bits"), n_embd 64, n_ff 256, 4 heads / 2 KV heads
+// (head_dim 16), byte-level vocabulary of 272 tokens, n_ctx 256.
+SynthConfig tiny_test_model();
+// The llama variant of tiny_test_model: arch "llama", untied output.weight, no q/k/v biases,
+// rope_theta 10000, rms_eps 1e-5.
+SynthConfig tiny_llama_test_model();
+
+// The tensors the config declares, in file order: token_embd.weight, then per layer blk.N.
+// attn_norm, attn_q (+bias), attn_k (+bias), attn_v (+bias), attn_output, ffn_norm, ffn_gate,
+// ffn_up, ffn_down, then output_norm.weight and, when untied, output.weight. Throws GgufError when
+// the config is inconsistent (head counts, block sizes, vocabulary size).
+std::vector<SynthTensor> synth_tensors(const SynthConfig& c);
+
+// Writes the model to `path`; progress(done_bytes, total_bytes) as tensor data is written.
+// Metadata: general.*, the <arch>.* hyperparameters, and a gpt2-style tokenizer (pre "qwen2"):
+//   - with tokenizer_dir: the ids of vocab.json and the merges of merges.txt;
+//   - without: the 256 byte-level tokens (GPT-2's byte-to-unicode mapping, in the order of the
+//     GPT-2/Qwen2 vocabularies, so single-byte ids agree with Qwen2's) and no merges.
+//   Then the control tokens <|endoftext|>, <|im_start|>, <|im_end|> (ids 151643..151645 for Qwen2;
+//   256..258 for the byte-level vocabulary), then "[PAD<id>]" tokens (type unused) up to n_vocab.
+//   bos = padding = <|endoftext|>, eos = <|im_end|>, add_bos_token false, a ChatML chat template
+//   with Qwen's default system prompt.
+// Throws GgufError on an inconsistent config, an unreadable tokenizer_dir or an I/O failure.
+void write_synth_model(const SynthConfig& c, const std::string& path,
+                       const std::function<void(size_t done, size_t total)>& progress = {});
+
+}  // namespace tllm

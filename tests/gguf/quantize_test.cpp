@@ -1,0 +1,202 @@
+// quantize_row -> dequantize_row round trips, each against the error bound its quantiser guarantees
+// (derived from the input values, not read back from the blocks), plus edge blocks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/quants.h"
+
+namespace tllm {
+namespace {
+
+// fp16 scales are rounded up to the next representable value: at most 2^-10 relative.
+constexpr float kScaleSlack = 1.0f + 1.0f / 1024.0f;
+
+// Deterministic test values: a mix of small noise, outliers and sign changes.
+std::vector<float> test_values(int64_t n, uint32_t seed, float scale) {
+  std::vector<float> x(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (auto& v : x) {
+    s = s * 1664525u + 1013904223u;
+    const float u = float(s >> 8) / float(1 << 24) - 0.5f;  // [-0.5, 0.5)
+    v = scale * u * (((s >> 4) & 31) == 0 ? 8.0f : 1.0f);
+  }
+  return x;
+}
+
+std::vector<float> round_trip(GgmlType t, const std::vector<float>& x) {
+  int64_t bv = 0, bb = 0;
+  EXPECT_TRUE(ggml_type_block(t, &bv, &bb));
+  const int64_t n = int64_t(x.size());
+  std::vector<uint8_t> q(size_t(n / bv * bb), 0xAA);
+  quantize_row(t, x.data(), q.data(), n);
+  std::vector<float> y(x.size());
+  dequantize_row(t, q.data(), y.data(), n);
+  return y;
+}
+
+float amax(const float* x, int n) {
+  float m = 0;
+  for (int i = 0; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+// Checks |x - y| <= bound(block) for every value, block by block.
+template <class Bound>
+void expect_within(const std::vector<float>& x, const std::vector<float>& y, int block, Bound bound) {
+  for (size_t b = 0; b < x.size() / size_t(block); ++b) {
+    const float* xb = x.data() + b * size_t(block);
+    const float lim = bound(xb) * 1.0001f + 1e-7f;  // fp32 rounding in dequantisation
+    for (int i = 0; i < block; ++i) {
+      ASSERT_LE(std::fabs(xb[i] - y[b * size_t(block) + size_t(i)]), lim)
+          << "block " << b << " value " << i << ": x = " << xb[i];
+    }
+  }
+}
+
+float rms(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += double(x) * x;
+  return float(std::sqrt(s / double(v.size())));
+}
+
+float rms_error(const std::vector<float>& x, const std::vector<float>& y) {
+  std::vector<float> d(x.size());
+  for (size_t i = 0; i < x.size(); ++i) d[i] = x[i] - y[i];
+  return rms(d);
+}
+
+TEST(Quantize, FloatTypes) {
+  const auto x = test_values(512, 1, 100.0f);
+  EXPECT_EQ(round_trip(GgmlType::F32, x), x);
+  const auto h = round_trip(GgmlType::F16, x);
+  const auto b = round_trip(GgmlType::BF16, x);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(h[i], round_to_half(x[i]));
+    EXPECT_LE(std::fabs(h[i] - x[i]), std::fabs(x[i]) / 2048.0f + 3e-8f);  // 11-bit significand (or subnormal)
+    EXPECT_LE(std::fabs(b[i] - x[i]), std::fabs(x[i]) / 256.0f);    // 8-bit significand
+  }
+  // bf16 rounds to nearest even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7 and goes to 1.
+  EXPECT_EQ(round_trip(GgmlType::BF16, std::vector<float>{1.0f + 1.0f / 256.0f})[0], 1.0f);
+  EXPECT_EQ(round_trip(GgmlType::BF16, std::vector<float>{1.0f + 3.0f / 256.0f})[0], 1.0f + 4.0f / 256.0f);
+}
+
+TEST(Quantize, Q8_0) {
+  // d = max|x| / 127 (rounded up to fp16): error <= d / 2.
+  const auto x = test_values(4096, 2, 1.0f);
+  const auto y = round_trip(GgmlType::Q8_0, x);
+  expect_within(x, y, 32, [](const float* b) { return amax(b, 32) / 127.0f * kScaleSlack / 2; });
+  EXPECT_LT(rms_error(x, y), 0.01f * rms(x));
+}
+
+TEST(Quantize, Q4_0AndQ5_0) {
+  // d = -(largest magnitude) / 8 (Q4_0) or / 16 (Q5_0); values of the other sign may clip at the top
+  // code, so the bound is |d| rather than |d| / 2.
+  const auto x = test_values(4096, 3, 1.0f);
+  const auto y4 = round_trip(GgmlType::Q4_0, x);
+  expect_within(x, y4, 32, [](const float* b) { return amax(b, 32) / 8.0f * kScaleSlack; });
+  // Half a step of 2·max|x|/16 per block, where one value in 32 is an 8x outlier: about 0.15.
+  EXPECT_LT(rms_error(x, y4), 0.2f * rms(x));
+  const auto y5 = round_trip(GgmlType::Q5_0, x);
+  expect_within(x, y5, 32, [](const float* b) { return amax(b, 32) / 16.0f * kScaleSlack; });
+  EXPECT_LT(rms_error(x, y5), 0.1f * rms(x));
+  EXPECT_LT(rms_error(x, y5), rms_error(x, y4));
+}
+
+TEST(Quantize, Q4_1AndQ5_1) {
+  // x = q·d + m with m = fp16(min), d = range / 15 (or 31): error <= d / 2 + |min - m|.
+  const auto x = test_values(4096, 4, 3.0f);
+  auto bound = [](int levels) {
+    return [levels](const float* b) {
+      const float lo = *std::min_element(b, b + 32), hi = *std::max_element(b, b + 32);
+      const float m_err = std::fabs(lo) / 2048.0f;
+      return (hi - lo + m_err) / float(levels) * kScaleSlack / 2 + m_err;
+    };
+  };
+  expect_within(x, round_trip(GgmlType::Q4_1, x), 32, bound(15));
+  expect_within(x, round_trip(GgmlType::Q5_1, x), 32, bound(31));
+  // A block of positive values away from zero keeps its offset.
+  std::vector<float> shifted(32);
+  for (int i = 0; i < 32; ++i) shifted[size_t(i)] = 10.0f + 0.1f * float(i);
+  expect_within(shifted, round_trip(GgmlType::Q4_1, shifted), 32, bound(15));
+}
+
+TEST(Quantize, Q4_K) {
+  // Per 32-value sub-block: step >= (hi - min(0, lo)) / 15, rounded up to a multiple of
+  // d = max step / 63; min = -min(0, lo) rounded to a multiple of dmin = max min / 63.
+  // Error <= (step + d) / 2 + dmin / 2.
+  const auto x = test_values(256 * 16, 5, 0.05f);
+  const auto y = round_trip(GgmlType::Q4_K, x);
+  for (size_t blk = 0; blk < x.size() / 256; ++blk) {
+    const float* xb = x.data() + blk * 256;
+    float steps[8], mins[8], max_step = 0, max_min = 0;
+    for (int i = 0; i < 8; ++i) {
+      const float lo = std::min(0.0f, *std::min_element(xb + 32 * i, xb + 32 * i + 32));
+      const float hi = *std::max_element(xb + 32 * i, xb + 32 * i + 32);
+      steps[i] = (hi - lo) / 15.0f;
+      mins[i] = -lo;
+      max_step = std::max(max_step, steps[i]);
+      max_min = std::max(max_min, mins[i]);
+    }
+    const float d = max_step / 63.0f * kScaleSlack, dmin = max_min / 63.0f * kScaleSlack;
+    for (int v = 0; v < 256; ++v) {
+      const float lim = (steps[v / 32] + d) / 2 + dmin / 2 + 1e-6f;
+      ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), lim) << "block " << blk << " value " << v;
+    }
+  }
+  EXPECT_LT(rms_error(x, y), 0.12f * rms(x));
+}
+
+TEST(Quantize, Q6_K) {
+  // Per 16-value sub-block: step >= max|x| / 31, rounded up to a multiple of d = max step / 127:
+  // error <= (step + d) / 2.
+  const auto x = test_values(256 * 16, 6, 0.05f);
+  const auto y = round_trip(GgmlType::Q6_K, x);
+  for (size_t blk = 0; blk < x.size() / 256; ++blk) {
+    const float* xb = x.data() + blk * 256;
+    float steps[16], max_step = 0;
+    for (int i = 0; i < 16; ++i) {
+      steps[i] = amax(xb + 16 * i, 16) / 31.0f;
+      max_step = std::max(max_step, steps[i]);
+    }
+    const float d = max_step / 127.0f * kScaleSlack;
+    for (int v = 0; v < 256; ++v) {
+      ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), (steps[v / 16] + d) / 2 + 1e-7f)
+          << "block " << blk << " value " << v;
+    }
+  }
+  EXPECT_LT(rms_error(x, y), 0.03f * rms(x));
+}
+
+TEST(Quantize, EdgeBlocks) {
+  const std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
+                                       GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  for (GgmlType t : types) {
+    SCOPED_TRACE(ggml_type_name(t));
+    // All zeros stay exactly zero.
+    const std::vector<float> zeros(256, 0.0f);
+    EXPECT_EQ(round_trip(t, zeros), zeros);
+    // A constant block: exact for the affine formats, within one step for the others.
+    const std::vector<float> ones(256, 0.75f);
+    for (float v : round_trip(t, ones)) EXPECT_NEAR(v, 0.75f, 0.75f / 7.0f);
+    // One outlier among zeros: the outlier survives, zeros stay near zero.
+    std::vector<float> spike(256, 0.0f);
+    spike[37] = -3.0f;
+    const auto y = round_trip(t, spike);
+    EXPECT_NEAR(y[37], -3.0f, 3.0f / 7.0f);
+    EXPECT_NEAR(y[36], 0.0f, 3.0f / 7.0f);
+  }
+}
+
+TEST(Quantize, RejectsWhatItCannotWrite) {
+  std::vector<float> x(256, 1.0f);
+  std::vector<uint8_t> q(1024);
+  EXPECT_THROW(quantize_row(GgmlType::Q2_K, x.data(), q.data(), 256), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::Q5_K, x.data(), q.data(), 256), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::Q4_K, x.data(), q.data(), 128), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::Q8_0, x.data(), q.data(), 31), GgufError);
+}
+
+}  // namespace
+}  // namespace tllm

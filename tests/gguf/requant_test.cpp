@@ -1,0 +1,219 @@
+// Requantisation of GGUF tensors to the backend weight types (W8 with fp16 group scales, FP16), and
+// whole-tensor dequantisation.
+//
+// W8 bound, per value w of a group with m = max|w|: the stored scale s = fp16(m / 127) and
+// q = clamp(round(w / s), -127, 127), so |w - q·s| <= s/2, plus up to m·2^-11 where rounding m/127 to
+// fp16 made s smaller than m/127 and the largest values clip at ±127.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "model/quants.h"
+
+namespace tllm {
+namespace {
+
+// A tensor whose bytes the test owns.
+struct OwnedTensor {
+  std::vector<uint8_t> bytes;
+  TensorInfo info;
+};
+
+OwnedTensor make_tensor(const std::string& name, GgmlType type, std::vector<int64_t> dims,
+                        const std::vector<float>& values) {
+  int64_t bv = 0, bb = 0;
+  EXPECT_TRUE(ggml_type_block(type, &bv, &bb));
+  OwnedTensor t;
+  t.bytes.resize(values.size() / size_t(bv) * size_t(bb));
+  quantize_row(type, values.data(), t.bytes.data(), int64_t(values.size()));
+  t.info.name = name;
+  t.info.type = type;
+  t.info.dims = std::move(dims);
+  t.info.data = t.bytes.data();
+  t.info.bytes = t.bytes.size();
+  return t;
+}
+
+std::vector<float> noise(size_t n, uint32_t seed, float scale) {
+  std::vector<float> x(n);
+  uint32_t s = seed;
+  for (auto& v : x) {
+    s = s * 1664525u + 1013904223u;
+    v = scale * (float(s >> 8) / float(1 << 24) - 0.5f);
+  }
+  return x;
+}
+
+// Checks the W8 definition and error bound against the fp32 values the tensor holds.
+void expect_w8_matches(const HostWeights& w, const std::vector<float>& ref) {
+  ASSERT_EQ(w.type, WeightType::W8);
+  ASSERT_EQ(w.q.size(), size_t(w.n * w.k));
+  ASSERT_EQ(w.scales.size(), size_t(w.n * w.k / kW8Group));
+  ASSERT_EQ(ref.size(), w.q.size());
+  for (int64_t r = 0; r < w.n; ++r) {
+    for (int64_t g = 0; g < w.k / kW8Group; ++g) {
+      const size_t base = size_t(r * w.k + g * kW8Group);
+      float m = 0;
+      for (int j = 0; j < kW8Group; ++j) m = std::max(m, std::fabs(ref[base + size_t(j)]));
+      const half_t sh = w.scales[size_t(r * (w.k / kW8Group) + g)];
+      ASSERT_EQ(sh, float_to_half(m / 127.0f)) << "row " << r << " group " << g;
+      const float s = half_to_float(sh);
+      for (int j = 0; j < kW8Group; ++j) {
+        const int q = w.q[base + size_t(j)];
+        ASSERT_GE(q, -127);
+        ASSERT_LE(q, 127);
+        const float err = std::fabs(ref[base + size_t(j)] - float(q) * s);
+        ASSERT_LE(err, s / 2 + m / 2048.0f + 1e-9f) << "row " << r << " value " << g * kW8Group + j;
+      }
+    }
+  }
+}
+
+TEST(RequantW8, ExactOnAnIntegerGrid) {
+  // k = 64, n = 2. Row 0: group 0 holds integers up to ±127 (scale 1), group 1 is all zero (scale 0).
+  // Row 1: multiples of 0.5 up to 63.5 (scale 0.5).
+  std::vector<float> v(128, 0.0f);
+  for (int j = 0; j < 32; ++j) {
+    v[size_t(j)] = float((j * 17) % 255 - 127);
+    v[size_t(64 + j)] = 0.5f * float((j * 29) % 255 - 127);
+    v[size_t(96 + j)] = 0.5f * float(127 - j);
+  }
+  v[0] = 127.0f;
+  v[64] = -63.5f;
+  v[96] = 63.5f;
+  const OwnedTensor t = make_tensor("blk.0.attn_q.weight", GgmlType::F32, {64, 2}, v);
+  const HostWeights w = requantize_w8(t.info);
+  EXPECT_EQ(w.n, 2);
+  EXPECT_EQ(w.k, 64);
+  ASSERT_EQ(w.scales.size(), 4u);
+  EXPECT_EQ(half_to_float(w.scales[0]), 1.0f);
+  EXPECT_EQ(w.scales[1], 0);
+  EXPECT_EQ(half_to_float(w.scales[2]), 0.5f);
+  EXPECT_EQ(half_to_float(w.scales[3]), 0.5f);
+  for (int j = 0; j < 32; ++j) {
+    EXPECT_EQ(w.q[size_t(j)], int8_t(v[size_t(j)]));
+    EXPECT_EQ(w.q[size_t(32 + j)], 0);
+    EXPECT_EQ(w.q[size_t(64 + j)], int8_t(v[size_t(64 + j)] * 2));
+    EXPECT_EQ(w.q[size_t(96 + j)], int8_t(v[size_t(96 + j)] * 2));
+  }
+  expect_w8_matches(w, v);
+}
+
+TEST(RequantW8, ErrorBoundAgainstFp32) {
+  // Several source formats, n = 300 rows (enough to be split across threads).
+  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const int64_t k = 256, n = 300;
+    const OwnedTensor t = make_tensor("w", type, {k, n}, noise(size_t(k * n), 7, 0.08f));
+    const std::vector<float> ref = dequantize_tensor(t.info);  // what the file holds, in fp32
+    const HostWeights w = requantize_w8(t.info);
+    EXPECT_EQ(w.n, n);
+    EXPECT_EQ(w.k, k);
+    expect_w8_matches(w, ref);
+  }
+}
+
+TEST(RequantW8, RoundsHalfwayAwayFromZero) {
+  // Group max 127·0.25 gives scale 0.25; 0.125 and -0.375 lie halfway between codes.
+  std::vector<float> v(32, 0.0f);
+  v[0] = 127 * 0.25f;
+  v[1] = 0.125f;
+  v[2] = -0.375f;
+  const OwnedTensor t = make_tensor("w", GgmlType::F32, {32, 1}, v);
+  const HostWeights w = requantize_w8(t.info);
+  EXPECT_EQ(half_to_float(w.scales[0]), 0.25f);
+  EXPECT_EQ(w.q[0], 127);
+  EXPECT_EQ(w.q[1], 1);
+  EXPECT_EQ(w.q[2], -2);
+}
+
+TEST(RequantW8, RejectsWhatItCannotRepresent) {
+  auto expect_error = [](const TensorInfo& t, const std::string& needle) {
+    try {
+      requantize_w8(t);
+      ADD_FAILURE() << "no error for " << t.name;
+    } catch (const GgufError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("tensor '" + t.name + "'"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    }
+  };
+  const OwnedTensor flat = make_tensor("norm", GgmlType::F32, {64}, std::vector<float>(64, 1.0f));
+  expect_error(flat.info, "needs a 2-D tensor, it has 1 dimensions");
+  const OwnedTensor odd = make_tensor("odd", GgmlType::F32, {48, 2}, std::vector<float>(96, 1.0f));
+  expect_error(odd.info, "row length 48 is not a multiple of the W8 group size 32");
+  std::vector<float> big(64, 0.0f);
+  big[5] = INFINITY;
+  const OwnedTensor inf = make_tensor("inf", GgmlType::F32, {32, 2}, big);
+  expect_error(inf.info, "row 0 holds values that are not finite or too large");
+  std::vector<float> nan(64, 0.5f);
+  nan[40] = NAN;
+  const OwnedTensor with_nan = make_tensor("nan", GgmlType::F32, {32, 2}, nan);
+  expect_error(with_nan.info, "row 1 holds values that are not finite");
+  std::vector<float> huge(64, 0.0f);
+  huge[3] = 1e10f;  // 1e10 / 127 overflows an fp16 scale
+  const OwnedTensor with_huge = make_tensor("huge", GgmlType::F32, {32, 2}, huge);
+  expect_error(with_huge.info, "too large for an fp16 scale");
+  OwnedTensor q8k;
+  q8k.bytes.resize(292);
+  q8k.info.name = "q8k";
+  q8k.info.type = GgmlType::Q8_K;
+  q8k.info.dims = {256, 1};
+  q8k.info.data = q8k.bytes.data();
+  q8k.info.bytes = q8k.bytes.size();
+  expect_error(q8k.info, "type Q8_K cannot be dequantised");
+  OwnedTensor short_data = make_tensor("short", GgmlType::Q8_0, {64, 2}, std::vector<float>(128, 1.0f));
+  short_data.info.bytes -= 1;
+  expect_error(short_data.info, "data missing or shorter than its shape");
+}
+
+TEST(ConvertF16, RoundsEachValueToHalf) {
+  const int64_t k = 256, n = 70;
+  const OwnedTensor t = make_tensor("output.weight", GgmlType::Q6_K, {k, n}, noise(size_t(k * n), 9, 0.1f));
+  const std::vector<float> ref = dequantize_tensor(t.info);
+  const HostWeights w = convert_f16(t.info);
+  EXPECT_EQ(w.type, WeightType::F16);
+  EXPECT_EQ(w.n, n);
+  EXPECT_EQ(w.k, k);
+  ASSERT_EQ(w.f16.size(), ref.size());
+  for (size_t i = 0; i < ref.size(); ++i) ASSERT_EQ(w.f16[i], float_to_half(ref[i])) << i;
+  EXPECT_TRUE(w.q.empty());
+}
+
+TEST(DequantizeTensor, AnyShapeAndType) {
+  const std::vector<float> v = noise(2 * 3 * 64, 11, 2.0f);
+  const OwnedTensor t3 = make_tensor("t", GgmlType::F16, {64, 3, 2}, v);
+  const std::vector<float> y = dequantize_tensor(t3.info);
+  ASSERT_EQ(y.size(), v.size());
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(y[i], round_to_half(v[i]));
+
+  const OwnedTensor bias = make_tensor("bias", GgmlType::F32, {5}, {1, 2, 3, 4, 5});
+  EXPECT_EQ(dequantize_tensor(bias.info), (std::vector<float>{1, 2, 3, 4, 5}));
+
+  const OwnedTensor q = make_tensor("q", GgmlType::Q5_0, {64}, noise(64, 12, 1.0f));
+  std::vector<float> row(64);
+  dequantize_row(GgmlType::Q5_0, q.bytes.data(), row.data(), 64);
+  EXPECT_EQ(dequantize_tensor(q.info), row);
+}
+
+TEST(HostWeightsView, PointsAtTheOwnedStorage) {
+  const OwnedTensor t = make_tensor("w", GgmlType::F32, {64, 3}, noise(192, 13, 1.0f));
+  const HostWeights w8 = requantize_w8(t.info);
+  const HostMatrix m8 = w8.view();
+  EXPECT_EQ(m8.type, WeightType::W8);
+  EXPECT_EQ(m8.n, 3);
+  EXPECT_EQ(m8.k, 64);
+  EXPECT_EQ(m8.q, w8.q.data());
+  EXPECT_EQ(m8.scales, w8.scales.data());
+  EXPECT_EQ(m8.f16, nullptr);
+  const HostWeights f16 = convert_f16(t.info);
+  const HostMatrix mf = f16.view();
+  EXPECT_EQ(mf.type, WeightType::F16);
+  EXPECT_EQ(mf.f16, f16.f16.data());
+  EXPECT_EQ(mf.q, nullptr);
+  EXPECT_EQ(mf.n, 3);
+  EXPECT_EQ(mf.k, 64);
+}
+
+}  // namespace
+}  // namespace tllm

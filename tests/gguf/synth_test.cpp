@@ -1,0 +1,332 @@
+// The synthetic model writer: the benchmark config declares exactly the tensors of
+// Qwen2.5-0.5B-Instruct Q4_K_M; the tiny presets write files that reopen with the declared tensors,
+// complete metadata, sane weights and identical bytes for the same seed; a Hugging Face tokenizer
+// folder is embedded with the Qwen2 ids.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "gguf_test_util.h"
+#include "model/quants.h"
+#include "model/synth.h"
+
+namespace tllm {
+namespace {
+
+using test::ScratchDir;
+
+TEST(Synth, BenchmarkConfigDeclaresTheQwen25Q4KMTensors) {
+  const SynthConfig c = qwen25_05b_q4km();
+  EXPECT_EQ(c.arch, "qwen2");
+  EXPECT_TRUE(c.tied);
+  EXPECT_TRUE(c.qkv_bias);
+  EXPECT_EQ(c.n_ctx, 32768);
+  EXPECT_FLOAT_EQ(c.rope_theta, 1e6f);
+
+  // The layout of the llama.cpp Q4_K_M file, written out from its tensor list.
+  const std::set<int> more_bits = {0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23};
+  std::map<std::string, std::pair<GgmlType, std::vector<int64_t>>> want;
+  want["token_embd.weight"] = {GgmlType::Q8_0, {896, 151936}};
+  for (int l = 0; l < 24; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const bool more = more_bits.count(l) > 0;
+    want[p + "attn_norm.weight"] = {GgmlType::F32, {896}};
+    want[p + "attn_q.weight"] = {GgmlType::Q5_0, {896, 896}};
+    want[p + "attn_q.bias"] = {GgmlType::F32, {896}};
+    want[p + "attn_k.weight"] = {GgmlType::Q5_0, {896, 128}};
+    want[p + "attn_k.bias"] = {GgmlType::F32, {128}};
+    want[p + "attn_v.weight"] = {more ? GgmlType::Q8_0 : GgmlType::Q5_0, {896, 128}};
+    want[p + "attn_v.bias"] = {GgmlType::F32, {128}};
+    want[p + "attn_output.weight"] = {GgmlType::Q5_0, {896, 896}};
+    want[p + "ffn_norm.weight"] = {GgmlType::F32, {896}};
+    want[p + "ffn_gate.weight"] = {GgmlType::Q5_0, {896, 4864}};
+    want[p + "ffn_up.weight"] = {GgmlType::Q5_0, {896, 4864}};
+    want[p + "ffn_down.weight"] = {more ? GgmlType::Q6_K : GgmlType::Q4_K, {4864, 896}};
+  }
+  want["output_norm.weight"] = {GgmlType::F32, {896}};
+  ASSERT_EQ(want.size(), 290u);
+
+  const std::vector<SynthTensor> ts = synth_tensors(c);
+  ASSERT_EQ(ts.size(), 290u);
+  std::set<std::string> seen;
+  size_t bytes = 0;
+  for (const SynthTensor& t : ts) {
+    EXPECT_TRUE(seen.insert(t.name).second) << "declared twice: " << t.name;
+    auto it = want.find(t.name);
+    ASSERT_NE(it, want.end()) << "unexpected tensor " << t.name;
+    EXPECT_EQ(t.type, it->second.first) << t.name << " is " << ggml_type_name(t.type);
+    EXPECT_EQ(t.dims, it->second.second) << t.name;
+    int64_t bv = 0, bb = 0;
+    ggml_type_block(t.type, &bv, &bb);
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    bytes += size_t(n / bv * bb);
+  }
+  EXPECT_EQ(ts.front().name, "token_embd.weight");
+  // About 400 MB of weights to stream, as in the real file.
+  EXPECT_GT(bytes, size_t(390) * 1000 * 1000);
+  EXPECT_LT(bytes, size_t(400) * 1000 * 1000);
+}
+
+TEST(Synth, OtherMixesAndTheLlamaLayout) {
+  SynthConfig c = tiny_test_model();
+  c.mix = SynthMix::Q8_0;
+  for (const SynthTensor& t : synth_tensors(c)) {
+    EXPECT_EQ(t.type, t.dims.size() == 2 ? GgmlType::Q8_0 : GgmlType::F32) << t.name;
+  }
+  c.mix = SynthMix::F16;
+  for (const SynthTensor& t : synth_tensors(c)) {
+    EXPECT_EQ(t.type, t.dims.size() == 2 ? GgmlType::F16 : GgmlType::F32) << t.name;
+  }
+
+  const std::vector<SynthTensor> llama = synth_tensors(tiny_llama_test_model());
+  std::set<std::string> names;
+  for (const SynthTensor& t : llama) names.insert(t.name);
+  EXPECT_EQ(llama.size(), 1 + 2 * 9 + 2u);
+  EXPECT_TRUE(names.count("output.weight"));
+  EXPECT_FALSE(names.count("blk.0.attn_q.bias"));
+  EXPECT_EQ(llama.back().name, "output.weight");
+  EXPECT_EQ(llama.back().type, GgmlType::Q8_0);  // Q6_K falls back: a row of 64 is not a super-block
+  EXPECT_EQ(llama.front().type, GgmlType::Q5_0);  // untied token_embd is a plain Q4_K matrix, falling back
+}
+
+TEST(Synth, RejectsInconsistentConfigs) {
+  auto expect_error = [](const SynthConfig& c, const std::string& needle) {
+    try {
+      synth_tensors(c);
+      ScratchDir dir;
+      write_synth_model(c, dir.file("bad.gguf"));
+      ADD_FAILURE() << "no error; expected '" << needle << "'";
+    } catch (const GgufError& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  SynthConfig c = tiny_test_model();
+  c.n_head = 3;
+  expect_error(c, "n_embd 64 is not a multiple of n_head 3");
+  c = tiny_test_model();
+  c.n_head_kv = 3;
+  expect_error(c, "n_head 4 is not a multiple of n_head_kv 3");
+  c = tiny_test_model();
+  c.arch = "gpt2";
+  expect_error(c, "unknown arch 'gpt2'");
+  c = tiny_test_model();
+  c.n_ff = 100;
+  expect_error(c, "multiples of 32");
+  c = tiny_test_model();
+  c.n_vocab = 200;
+  expect_error(c, "n_vocab 200 is smaller than the 259 tokens");
+  c = tiny_test_model();
+  c.tokenizer_dir = "/nonexistent-tokenizer";
+  expect_error(c, "/nonexistent-tokenizer/vocab.json: cannot open");
+}
+
+// Writes the tiny model once per test and reopens it.
+struct TinyFile {
+  explicit TinyFile(const SynthConfig& c) {
+    path = dir.file("tiny.gguf");
+    write_synth_model(c, path, [&](size_t done, size_t total) { progress.emplace_back(done, total); });
+    file = GgufFile::open(path);
+  }
+  ScratchDir dir;
+  std::string path;
+  std::vector<std::pair<size_t, size_t>> progress;
+  std::unique_ptr<GgufFile> file;
+};
+
+TEST(Synth, TinyModelReopensWithTheDeclaredTensors) {
+  const SynthConfig c = tiny_test_model();
+  TinyFile t(c);
+  const GgufFile& f = *t.file;
+  const std::vector<SynthTensor> declared = synth_tensors(c);
+  ASSERT_EQ(f.tensors().size(), declared.size());
+  for (size_t i = 0; i < declared.size(); ++i) {
+    EXPECT_EQ(f.tensors()[i].name, declared[i].name);
+    EXPECT_EQ(f.tensors()[i].type, declared[i].type);
+    EXPECT_EQ(f.tensors()[i].dims, declared[i].dims);
+  }
+  // The same type mix as the benchmark model: layer 0 plain, layer 1 with more bits.
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, GgmlType::Q5_0);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_v.weight")->type, GgmlType::Q5_0);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_v.weight")->type, GgmlType::Q8_0);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, GgmlType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_down.weight")->type, GgmlType::Q6_K);
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+
+  ASSERT_FALSE(t.progress.empty());
+  for (size_t i = 1; i < t.progress.size(); ++i) EXPECT_GE(t.progress[i].first, t.progress[i - 1].first);
+  EXPECT_EQ(t.progress.back().first, t.progress.back().second);
+  EXPECT_LT(t.progress.back().second, f.file_size());
+}
+
+TEST(Synth, TinyModelMetadata) {
+  TinyFile t(tiny_test_model());
+  const GgufFile& f = *t.file;
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen2");
+  EXPECT_FALSE(f.get_string("general.name").empty());
+  EXPECT_EQ(f.get_int("general.file_type"), 15);
+  EXPECT_EQ(f.get_int("qwen2.context_length"), 256);
+  EXPECT_EQ(f.get_int("qwen2.embedding_length"), 64);
+  EXPECT_EQ(f.get_int("qwen2.feed_forward_length"), 256);
+  EXPECT_EQ(f.get_int("qwen2.block_count"), 2);
+  EXPECT_EQ(f.get_int("qwen2.attention.head_count"), 4);
+  EXPECT_EQ(f.get_int("qwen2.attention.head_count_kv"), 2);
+  EXPECT_EQ(f.get_int("qwen2.rope.dimension_count"), 16);
+  EXPECT_FLOAT_EQ(float(f.get_float("qwen2.rope.freq_base")), 1e6f);
+  EXPECT_FLOAT_EQ(float(f.get_float("qwen2.attention.layer_norm_rms_epsilon")), 1e-6f);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "qwen2");
+  EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_bos_token", true));
+  EXPECT_TRUE(f.get_string_array("tokenizer.ggml.merges").empty());
+
+  // 256 byte tokens, three control tokens, then padding up to n_vocab = 272.
+  const auto& tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const auto types = f.get_int_array("tokenizer.ggml.token_type");
+  ASSERT_EQ(tokens.size(), 272u);
+  ASSERT_EQ(types.size(), 272u);
+  EXPECT_EQ(tokens[0], "!");
+  EXPECT_EQ(tokens[93], "~");
+  EXPECT_EQ(tokens[188], "\xc4\x80");  // U+0100 stands for byte 0
+  EXPECT_EQ(tokens[220], "\xc4\xa0");  // U+0120 "Ġ" stands for the space, as in GPT-2
+  EXPECT_EQ(std::set<std::string>(tokens.begin(), tokens.begin() + 256).size(), 256u);
+  EXPECT_EQ(tokens[256], "<|endoftext|>");
+  EXPECT_EQ(tokens[257], "<|im_start|>");
+  EXPECT_EQ(tokens[258], "<|im_end|>");
+  EXPECT_EQ(tokens[259], "[PAD259]");
+  EXPECT_EQ(tokens[271], "[PAD271]");
+  for (int i = 0; i < 256; ++i) EXPECT_EQ(types[size_t(i)], 1) << i;
+  for (int i = 256; i < 259; ++i) EXPECT_EQ(types[size_t(i)], 3) << i;
+  for (int i = 259; i < 272; ++i) EXPECT_EQ(types[size_t(i)], 5) << i;
+  EXPECT_EQ(f.get_int("tokenizer.ggml.bos_token_id"), 256);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.eos_token_id"), 258);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.padding_token_id"), 256);
+  const std::string tmpl = f.get_string("tokenizer.chat_template");
+  EXPECT_NE(tmpl.find("<|im_start|>"), std::string::npos);
+  EXPECT_NE(tmpl.find("<|im_end|>"), std::string::npos);
+  EXPECT_NE(tmpl.find("You are Qwen, created by Alibaba Cloud. You are a helpful assistant."), std::string::npos);
+  EXPECT_NE(tmpl.find("add_generation_prompt"), std::string::npos);
+}
+
+TEST(Synth, TinyLlamaMetadata) {
+  TinyFile t(tiny_llama_test_model());
+  const GgufFile& f = *t.file;
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_int("llama.block_count"), 2);
+  EXPECT_EQ(f.get_int("llama.embedding_length"), 64);
+  EXPECT_FLOAT_EQ(float(f.get_float("llama.rope.freq_base")), 10000.0f);
+  EXPECT_FLOAT_EQ(float(f.get_float("llama.attention.layer_norm_rms_epsilon")), 1e-5f);
+  EXPECT_EQ(f.find("qwen2.block_count"), nullptr);
+  ASSERT_NE(f.find_tensor("output.weight"), nullptr);
+  EXPECT_EQ(f.find_tensor("output.weight")->dims, (std::vector<int64_t>{64, 272}));
+  EXPECT_EQ(f.find_tensor("blk.1.attn_k.bias"), nullptr);
+}
+
+float mean_of(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += x;
+  return float(s / double(v.size()));
+}
+
+float std_of(const std::vector<float>& v) {
+  const double m = mean_of(v);
+  double s = 0;
+  for (float x : v) s += (x - m) * (x - m);
+  return float(std::sqrt(s / double(v.size())));
+}
+
+TEST(Synth, TinyModelWeightsAreScaledLikeATrainedModel) {
+  const SynthConfig c = tiny_test_model();
+  TinyFile t(c);
+  for (const TensorInfo& ti : t.file->tensors()) {
+    SCOPED_TRACE(ti.name);
+    const std::vector<float> v = dequantize_tensor(ti);
+    for (float x : v) ASSERT_TRUE(std::isfinite(x));
+    if (ti.name.find("_norm.weight") != std::string::npos) {
+      EXPECT_NEAR(mean_of(v), 1.0f, 0.05f);
+      EXPECT_GT(std_of(v), 0.02f);
+    } else if (ti.dims.size() == 2) {
+      EXPECT_NEAR(mean_of(v), 0.0f, 0.005f);
+      EXPECT_NEAR(std_of(v), c.weight_std, 0.25f * c.weight_std);
+    } else {
+      EXPECT_LT(std::fabs(mean_of(v)), 0.02f);
+      EXPECT_GT(std_of(v), 0.005f);
+    }
+  }
+  // The tied output projection spreads the logits of a normalised embedding row: many distinct values.
+  const std::vector<float> e = dequantize_tensor(*t.file->find_tensor("token_embd.weight"));  // (n_vocab, n_embd)
+  const int64_t n_embd = c.n_embd, n_vocab = c.n_vocab;
+  std::vector<float> h(e.begin() + 5 * n_embd, e.begin() + 6 * n_embd);
+  double ss = 0;
+  for (float x : h) ss += double(x) * x;
+  for (float& x : h) x = float(x / std::sqrt(ss / double(n_embd)));
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  for (int64_t v = 0; v < n_vocab; ++v) {
+    double dot = 0;
+    for (int64_t j = 0; j < n_embd; ++j) dot += double(e[size_t(v * n_embd + j)]) * h[size_t(j)];
+    logits[size_t(v)] = float(dot);
+  }
+  EXPECT_GT(std_of(logits), 0.05f);
+  EXPECT_GT(std::set<float>(logits.begin(), logits.end()).size(), size_t(n_vocab) / 2);
+}
+
+TEST(Synth, SameSeedSameBytes) {
+  SynthConfig c = tiny_test_model();
+  ScratchDir dir;
+  write_synth_model(c, dir.file("a.gguf"));
+  write_synth_model(c, dir.file("b.gguf"));
+  c.seed += 1;
+  write_synth_model(c, dir.file("c.gguf"));
+  const auto a = test::read_bytes(dir.file("a.gguf"));
+  const auto b = test::read_bytes(dir.file("b.gguf"));
+  const auto d = test::read_bytes(dir.file("c.gguf"));
+  ASSERT_FALSE(a.empty());
+  EXPECT_EQ(test::fnv1a(a), test::fnv1a(b));
+  EXPECT_EQ(a.size(), d.size());
+  EXPECT_NE(test::fnv1a(a), test::fnv1a(d));
+}
+
+TEST(Synth, EmbedsAHuggingFaceTokenizer) {
+  const std::string dir = test::shared_dir() + "/data/qwen2-tokenizer";
+  TLLM_REQUIRE_SHARED_FILE(dir + "/vocab.json");
+  SynthConfig c = tiny_test_model();
+  c.tokenizer_dir = dir;
+  c.n_vocab = 151936;
+  TinyFile t(c);
+  const GgufFile& f = *t.file;
+  const auto& tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const auto types = f.get_int_array("tokenizer.ggml.token_type");
+  ASSERT_EQ(tokens.size(), 151936u);
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->dims, (std::vector<int64_t>{64, 151936}));
+  EXPECT_EQ(tokens[0], "!");
+  EXPECT_EQ(tokens[220], "\xc4\xa0");
+  EXPECT_EQ(tokens[9707], "Hello");
+  EXPECT_EQ(tokens[1879], "\xc4\xa0world");          // "Ġworld"
+  EXPECT_EQ(tokens[151642], "\xc3\xa2\xc2\xbd\xc4\xb9");  // the last id of vocab.json
+  EXPECT_EQ(tokens[151643], "<|endoftext|>");
+  EXPECT_EQ(tokens[151644], "<|im_start|>");
+  EXPECT_EQ(tokens[151645], "<|im_end|>");
+  EXPECT_EQ(tokens[151646], "[PAD151646]");
+  EXPECT_EQ(tokens[151935], "[PAD151935]");
+  EXPECT_EQ(types[100], 1);
+  EXPECT_EQ(types[151642], 1);
+  EXPECT_EQ(types[151645], 3);
+  EXPECT_EQ(types[151646], 5);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.bos_token_id"), 151643);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.eos_token_id"), 151645);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.padding_token_id"), 151643);
+  const auto& merges = f.get_string_array("tokenizer.ggml.merges");
+  ASSERT_EQ(merges.size(), 151387u);
+  EXPECT_EQ(merges[0], "\xc4\xa0 \xc4\xa0");  // "Ġ Ġ", the first line after "#version: 0.2"
+  EXPECT_EQ(merges[2], "i n");
+
+  // The byte-level fallback vocabulary agrees with Qwen2's on the first 256 ids.
+  TinyFile plain(tiny_test_model());
+  const auto& bytes = plain.file->get_string_array("tokenizer.ggml.tokens");
+  for (size_t i = 0; i < 256; ++i) EXPECT_EQ(bytes[i], tokens[i]) << i;
+}
+
+}  // namespace
+}  // namespace tllm
