@@ -34,6 +34,7 @@ const char* op_name(Op op) {
     case Op::RmsNorm: return "rmsnorm";
     case Op::Rope: return "rope";
     case Op::KvAppend: return "kv_append";
+    case Op::QkvRopeAppend: return "qkv_rope_append";
     case Op::AttentionPrefill: return "attention_prefill";
     case Op::AttentionDecode: return "attention_decode";
     case Op::Add: return "add";

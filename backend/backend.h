@@ -108,7 +108,16 @@ class Buffer {
 // Pointers are backend memory (Buffer::data() plus an offset). Shapes are in the comments, outermost
 // dimension first.
 
+enum class MatmulEpilogue : uint8_t {
+  None,    // y = x·Wᵀ + bias (or y += with accumulate)
+  SwiGLU,  // W is (2·n_ff, k) = [gate; up]: out16 = fp16(silu(x·gateᵀ) * (x·upᵀ)), (m, n_ff); y unused
+};
+
 // y = x · Wᵀ (+ bias), or y += x · Wᵀ (+ bias) with `accumulate` (a residual add fused in).
+// Two optional fusions, which every backend implements (the CPU one as the plain op sequence):
+//   - an rmsnorm prologue: when norm_x is set, x = fp16(rmsnorm(norm_x) * norm_weight) is computed
+//     from the fp32 rows of norm_x and the x field is ignored;
+//   - a SwiGLU epilogue (see MatmulEpilogue).
 struct MatmulDesc {
   const Matrix* w = nullptr;    // (n, k)
   const half_t* x = nullptr;    // (m, k)
@@ -116,6 +125,11 @@ struct MatmulDesc {
   float* y = nullptr;           // (m, n)
   int64_t m = 1;                // rows of x; matmul_m1 requires 1
   bool accumulate = false;
+  const float* norm_x = nullptr;       // (m, k) fp32, or null: no rmsnorm prologue
+  const float* norm_weight = nullptr;  // (k)
+  float norm_eps = 1e-6f;
+  MatmulEpilogue epilogue = MatmulEpilogue::None;
+  half_t* out16 = nullptr;             // SwiGLU: (m, n / 2)
 };
 
 // out = fp16(x / sqrt(mean(x²) + eps) * weight), row by row.
@@ -157,15 +171,32 @@ struct KvAppendDesc {
   int n_ctx = 0;
 };
 
+// Fused decode/prefill step between the QKV projection and attention: rope on the q and k heads of
+// packed qkv rows (in place), then k and v written to the cache at their positions.
+struct QkvRopeAppendDesc {
+  float* qkv = nullptr;           // (m, (n_head + 2·n_head_kv) · head_dim): q heads, k heads, v heads
+  const int32_t* pos = nullptr;   // (m)
+  half_t* k_cache = nullptr;      // (n_head_kv, n_ctx, head_dim)
+  half_t* v_cache = nullptr;      // (n_head_kv, n_ctx, head_dim)
+  int64_t m = 1;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;
+  int n_ctx = 0;
+  float theta = 10000.0f;
+  RopeMode mode = RopeMode::Normal;
+};
+
 // Causal self-attention of m query rows at positions pos0 .. pos0+m-1 against cache rows
 // 0 .. pos0+i (the rows of this chunk already appended). Query head h reads KV head
 // h / (n_head / n_head_kv) (grouped-query attention).
 struct AttentionPrefillDesc {
-  const float* q = nullptr;         // (m, n_head, head_dim), rope applied
+  const float* q = nullptr;         // (m, q_row_stride): row i starts with its n_head·head_dim q values
   const half_t* k_cache = nullptr;  // (n_head_kv, n_ctx, head_dim)
   const half_t* v_cache = nullptr;  // (n_head_kv, n_ctx, head_dim)
   half_t* out = nullptr;            // (m, n_head, head_dim)
   int64_t m = 1;
+  int64_t q_row_stride = 0;         // floats between q rows; 0 means n_head·head_dim
   int32_t pos0 = 0;
   int n_head = 0;
   int n_head_kv = 0;
@@ -226,6 +257,7 @@ enum class Op : uint8_t {
   RmsNorm,
   Rope,
   KvAppend,
+  QkvRopeAppend,
   AttentionPrefill,
   AttentionDecode,
   Add,
@@ -253,6 +285,20 @@ struct DeviceInfo {
   int multiprocessors = 0;
 };
 
+// One piece of device work seen by the tracer: a kernel (also one replayed from a graph), a copy or
+// a memset. Times are nanoseconds on one clock, comparable within a trace.
+struct TraceRecord {
+  enum class Kind : uint8_t { Kernel, Memcpy, Memset };
+  Kind kind = Kind::Kernel;
+  std::string name;           // kernel function name, or "memcpy HtoD" / "memcpy DtoH" / "memcpy DtoD" / "memset"
+  uint64_t start_ns = 0;
+  uint64_t end_ns = 0;
+  int grid[3] = {0, 0, 0};    // kernels only
+  int block[3] = {0, 0, 0};
+  uint64_t bytes = 0;         // copies and memsets
+  bool from_graph = false;    // launched by a graph replay
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -278,6 +324,7 @@ class Backend {
   virtual void rmsnorm(const RmsNormDesc& d) = 0;
   virtual void rope(const RopeDesc& d) = 0;
   virtual void kv_append(const KvAppendDesc& d) = 0;
+  virtual void qkv_rope_append(const QkvRopeAppendDesc& d) = 0;
   virtual void attention_prefill(const AttentionPrefillDesc& d) = 0;
   virtual void attention_decode(const AttentionDecodeDesc& d) = 0;
   virtual void add(const AddDesc& d) = 0;
@@ -295,6 +342,14 @@ class Backend {
   virtual void reset_steps() {}
   // Turns step capture on or off (on by default where supported).
   virtual void set_step_capture(bool on) { (void)on; }
+
+  // Device activity tracing for the built-in profiler (CUPTI on CUDA: no hardware counters needed,
+  // graph-launched kernels included). trace_begin returns false where tracing is unavailable;
+  // trace_end waits for the device and returns what ran since trace_begin, ordered by start time.
+  virtual bool trace_begin() { return false; }
+  virtual std::vector<TraceRecord> trace_end() { return {}; }
+  // Kernel launches the last recorded step issues per replay (0 when steps are not recorded).
+  virtual int kernels_per_step() const { return 0; }
 
   // Named ranges for external profilers (NVTX on CUDA); no-ops elsewhere.
   virtual void range_push(const char* name) { (void)name; }

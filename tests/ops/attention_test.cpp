@@ -1,0 +1,186 @@
+// Conformance of attention_prefill (causal, pos0 = 0 and > 0, q inside wider rows) and
+// attention_decode (n_kv read from backend memory), over grouped-query head layouts.
+//
+// Tolerance of an output of query head h in row i: kHalfUlp·|want| + kHalfSubnormal (fp16 output
+// rounding) + (2^-11 + 2·e_w)·max|v|, where
+//   - 2^-11·max|v| bounds a kernel that rounds the softmax weights to fp16 for the P·V product
+//     (each weight off by at most 2^-11 of itself; the weights sum to one);
+//   - e_w = fp32_sum_error(head_dim)·max_j scale·Σ|q·k_j| + 1e-6 is the relative error of one weight
+//     from fp32 scores (a score error δ scales exp by e^δ ≈ 1 + δ) and an approximate exp;
+//     normalising by the sum doubles it.
+// Cache rows the op must not read hold v = 1000 ("poison"), which moves any output that reads one
+// far outside the tolerance.
+#include <algorithm>
+#include <cmath>
+
+#include "ops/conformance.h"
+#include "ops/reference.h"
+
+namespace tllm::test {
+namespace {
+
+struct Heads {
+  int n_head, n_head_kv, head_dim;
+};
+
+// Qwen2.5-0.5B (14/2), SmolLM2 (9/3), no grouping with an odd count (7/7), one KV head (3/1),
+// groups of 8 and 20 query heads, head_dim 64 and 128.
+const Heads kHeads[] = {{14, 2, 64}, {9, 3, 64}, {7, 7, 64}, {3, 1, 128}, {16, 2, 128}, {40, 2, 64}};
+
+constexpr float kPoison = 1000.0f;
+
+struct Caches {
+  std::vector<half_t> k, v;  // (n_head_kv, n_ctx, head_dim)
+};
+
+class AttentionTest : public OpsTest {
+ protected:
+  // Random rows 0 .. n_valid-1, poison after.
+  static Caches make_caches(Rng& rng, const Heads& hd, int n_ctx, int n_valid) {
+    const size_t size = size_t(hd.n_head_kv) * size_t(n_ctx) * size_t(hd.head_dim);
+    Caches c{random_halves(rng, size, -1.0f, 1.0f), random_halves(rng, size, -1.0f, 1.0f)};
+    for (int g = 0; g < hd.n_head_kv; ++g) {
+      for (int j = n_valid; j < n_ctx; ++j) {
+        for (int e = 0; e < hd.head_dim; ++e) c.v[(size_t(g) * n_ctx + j) * hd.head_dim + e] = float_to_half(kPoison);
+      }
+    }
+    return c;
+  }
+
+  // The tolerance described at the top of the file, for m rows whose row i reads pos0 + i + 1 rows.
+  static std::vector<double> tolerance(const std::vector<double>& want, const std::vector<double>& score_mag,
+                                       const Caches& c, const Heads& hd, int n_ctx, int64_t m, int pos0) {
+    std::vector<double> tol(want.size());
+    const int group = hd.n_head / hd.n_head_kv;
+    for (int64_t i = 0; i < m; ++i) {
+      for (int h = 0; h < hd.n_head; ++h) {
+        const int g = h / group;
+        double max_v = 0;
+        for (int j = 0; j <= pos0 + i; ++j) {
+          for (int e = 0; e < hd.head_dim; ++e)
+            max_v = std::max(max_v, std::fabs(double(half_to_float(c.v[(size_t(g) * n_ctx + j) * hd.head_dim + e]))));
+        }
+        const double e_w = fp32_sum_error(hd.head_dim) * score_mag[size_t(i * hd.n_head + h)] + 1e-6;
+        for (int e = 0; e < hd.head_dim; ++e) {
+          const size_t o = (size_t(i) * hd.n_head + h) * hd.head_dim + e;
+          tol[o] = kHalfUlp * std::fabs(want[o]) + kHalfSubnormal + (1.0 / 2048 + 2 * e_w) * max_v;
+        }
+      }
+    }
+    return tol;
+  }
+
+  // Prefill of m rows at pos0 .. pos0+m-1. With `packed`, each q row sits at the start of a qkv row
+  // (q_row_stride = (n_head + 2·n_head_kv)·head_dim) whose other values are poison.
+  void check_prefill(Rng& rng, const Heads& hd, int n_ctx, int64_t m, int pos0, float q_amp, bool packed) {
+    const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim;
+    const int64_t stride = packed ? q_dim + 2 * int64_t(hd.n_head_kv) * hd.head_dim : q_dim;
+    std::vector<float> q(size_t(m * stride), kPoison);
+    for (int64_t i = 0; i < m; ++i) {
+      const std::vector<float> row = random_floats(rng, size_t(q_dim), -q_amp, q_amp);
+      std::copy(row.begin(), row.end(), q.begin() + i * stride);
+    }
+    const Caches c = make_caches(rng, hd, n_ctx, pos0 + int(m));
+    const float scale = 1.0f / std::sqrt(float(hd.head_dim));
+    Buffer qb = upload(q), kc = upload(c.k), vc = upload(c.v);
+    Buffer out = alloc<half_t>(size_t(m * q_dim));
+    AttentionPrefillDesc d;
+    d.q = qb.as<float>();
+    d.k_cache = kc.as<half_t>();
+    d.v_cache = vc.as<half_t>();
+    d.out = out.as<half_t>();
+    d.m = m;
+    d.q_row_stride = packed ? stride : 0;
+    d.pos0 = pos0;
+    d.n_head = hd.n_head;
+    d.n_head_kv = hd.n_head_kv;
+    d.head_dim = hd.head_dim;
+    d.n_ctx = n_ctx;
+    d.scale = scale;
+    be().attention_prefill(d);
+    std::vector<double> score_mag;
+    const std::vector<double> want = ref::attention(q, stride, c.k, c.v, m, pos0, hd.n_head, hd.n_head_kv,
+                                                    hd.head_dim, n_ctx, scale, &score_mag);
+    EXPECT_TRUE(all_close(to_float(download<half_t>(out)), want, tolerance(want, score_mag, c, hd, n_ctx, m, pos0)))
+        << "prefill " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim << " m=" << m
+        << " pos0=" << pos0 << (packed ? " packed q" : "");
+  }
+
+  // Decode against each n_kv in turn, with one descriptor: only the n_kv value in backend memory
+  // changes between calls. Rows from max(n_kv_list) on are poison.
+  void check_decode(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list, float q_amp) {
+    const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim;
+    const Caches c = make_caches(rng, hd, n_ctx, *std::max_element(n_kv_list.begin(), n_kv_list.end()));
+    const float scale = 1.0f / std::sqrt(float(hd.head_dim));
+    Buffer kc = upload(c.k), vc = upload(c.v);
+    Buffer qb = alloc<float>(size_t(q_dim)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
+    AttentionDecodeDesc d;
+    d.q = qb.as<float>();
+    d.k_cache = kc.as<half_t>();
+    d.v_cache = vc.as<half_t>();
+    d.out = out.as<half_t>();
+    d.n_kv = n_kv_b.as<int32_t>();
+    d.n_head = hd.n_head;
+    d.n_head_kv = hd.n_head_kv;
+    d.head_dim = hd.head_dim;
+    d.n_ctx = n_ctx;
+    d.scale = scale;
+    for (int n_kv : n_kv_list) {
+      const std::vector<float> q = random_floats(rng, size_t(q_dim), -q_amp, q_amp);
+      const int32_t n_kv_host = n_kv;
+      be().upload(qb.data(), q.data(), q.size() * sizeof(float));
+      be().upload(n_kv_b.data(), &n_kv_host, sizeof(int32_t));
+      be().attention_decode(d);
+      std::vector<double> score_mag;
+      const std::vector<double> want = ref::attention(q, q_dim, c.k, c.v, 1, n_kv - 1, hd.n_head, hd.n_head_kv,
+                                                      hd.head_dim, n_ctx, scale, &score_mag);
+      EXPECT_TRUE(all_close(to_float(download<half_t>(out)), want,
+                            tolerance(want, score_mag, c, hd, n_ctx, 1, n_kv - 1)))
+          << "decode " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim << " n_kv=" << n_kv
+          << " n_ctx=" << n_ctx;
+    }
+  }
+};
+TLLM_OPS_INSTANTIATE(AttentionTest);
+
+TEST_P(AttentionTest, PrefillFromStart) {
+  Rng rng(901);
+  for (const Heads& hd : kHeads) {
+    check_prefill(rng, hd, 256, 1, 0, 2.0f, false);
+    check_prefill(rng, hd, 256, 17, 0, 2.0f, false);
+  }
+}
+
+TEST_P(AttentionTest, PrefillAfterCachedRows) {
+  Rng rng(902);
+  for (const Heads& hd : kHeads) {
+    check_prefill(rng, hd, 256, 5, 11, 2.0f, false);
+    check_prefill(rng, hd, 256, 64, 100, 2.0f, false);
+  }
+  check_prefill(rng, kHeads[0], 256, 16, 240, 2.0f, false);  // the chunk ends at the last cache row
+}
+
+TEST_P(AttentionTest, PrefillQRowStride) {
+  Rng rng(903);
+  for (const Heads& hd : kHeads) check_prefill(rng, hd, 128, 9, 3, 2.0f, true);
+}
+
+TEST_P(AttentionTest, Decode) {
+  Rng rng(904);
+  for (const Heads& hd : kHeads) {
+    check_decode(rng, hd, 4096, {4096, 1, 17}, 2.0f);
+    check_decode(rng, hd, 300, {1, 17, 255}, 2.0f);
+  }
+}
+
+// Scores in the hundreds: exp overflows fp32 unless the maximum is subtracted first.
+TEST_P(AttentionTest, LargeScores) {
+  Rng rng(905);
+  for (const Heads& hd : {kHeads[0], kHeads[3]}) {
+    check_decode(rng, hd, 512, {1, 17, 500}, 100.0f);
+    check_prefill(rng, hd, 128, 17, 30, 100.0f, false);
+  }
+}
+
+}  // namespace
+}  // namespace tllm::test

@@ -1,0 +1,48 @@
+// Conformance of embedding: out[i] = row ids[i] of the table as fp32. Dequantisation is exact
+// (int8 · fp16 scale and fp16 -> fp32 are exact in fp32), so rows must match bit for bit.
+#include "ops/conformance.h"
+#include "ops/reference.h"
+
+namespace tllm::test {
+namespace {
+
+class EmbeddingTest : public OpsTest {
+ protected:
+  void check(const OwnedMatrix& table, const std::vector<int32_t>& ids) {
+    auto t = be().upload_matrix(table.view());
+    Buffer idb = upload(ids);
+    Buffer out = alloc<float>(ids.size() * size_t(table.k));
+    EmbeddingDesc d;
+    d.table = t.get();
+    d.ids = idb.as<int32_t>();
+    d.out = out.as<float>();
+    d.m = int64_t(ids.size());
+    be().embedding(d);
+    const std::vector<float> w = ref::dequantize(table.view());
+    std::vector<float> want;
+    for (int32_t id : ids) want.insert(want.end(), w.begin() + id * table.k, w.begin() + (id + 1) * table.k);
+    EXPECT_TRUE(all_equal(download<float>(out), want))
+        << weight_type_name(table.type) << " n_vocab=" << table.n << " n_embd=" << table.k << " m=" << ids.size();
+  }
+};
+TLLM_OPS_INSTANTIATE(EmbeddingTest);
+
+TEST_P(EmbeddingTest, W8) {
+  Rng rng(601);
+  const OwnedMatrix table = random_w8(rng, 1000, 896, 0.001f, 0.05f);
+  check(table, {0});
+  check(table, {999});
+  check(table, {3, 999, 0, 3, 500, 17, 17});  // repeats, first and last rows
+  check(random_w8(rng, 7, 32), {6, 0, 1});    // one W8 group per row
+}
+
+TEST_P(EmbeddingTest, F16) {
+  Rng rng(602);
+  const OwnedMatrix table = random_f16(rng, 1000, 576, 2.0f);
+  check(table, {0});
+  check(table, {999, 1, 1, 998, 0});
+  check(random_f16(rng, 5, 3, 1.0f), {4, 2});  // a row narrower than any vector width
+}
+
+}  // namespace
+}  // namespace tllm::test

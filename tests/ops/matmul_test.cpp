@@ -1,0 +1,291 @@
+// Conformance of matmul_m1 and matmul: W8 and F16 weights, bias, accumulate, edge shapes, exact
+// integer cases, and the fused rmsnorm prologue and SwiGLU epilogue.
+//
+// Tolerance of the random cases: fp32 accumulation, fp32_sum_error(k) · (Σ|x·w| + |bias| + |y0|).
+// The weights are exact in both places (int8 · fp16 scale fits in fp32) and x is fp16 in both, so
+// summation order is the only difference from the fp64 reference. A wrong or missing term changes
+// an output by about Σ|x·w| / k, several times that bound even at k = 4864.
+#include <cmath>
+
+#include "ops/conformance.h"
+#include "ops/reference.h"
+
+namespace tllm::test {
+namespace {
+
+struct MatmulInputs {
+  OwnedMatrix w;
+  std::vector<half_t> x;   // (m, k)
+  int64_t m = 1;
+  std::vector<float> bias; // (n) or empty
+  std::vector<float> y0;   // (m, n): the y an accumulating matmul adds to, or empty
+};
+
+MatmulInputs random_inputs(Rng& rng, WeightType type, int64_t m, int64_t n, int64_t k, bool bias,
+                           bool accumulate) {
+  MatmulInputs in;
+  in.w = type == WeightType::W8 ? random_w8(rng, n, k) : random_f16(rng, n, k);
+  in.x = random_halves(rng, size_t(m * k), -1.0f, 1.0f);
+  in.m = m;
+  if (bias) in.bias = random_floats(rng, size_t(n), -0.5f, 0.5f);
+  if (accumulate) in.y0 = random_floats(rng, size_t(m * n), -2.0f, 2.0f);
+  return in;
+}
+
+class MatmulTest : public OpsTest {
+ protected:
+  // y on the backend; matmul_m1 when `m1`, else matmul.
+  std::vector<float> run(const MatmulInputs& in, bool m1) {
+    const int64_t n = in.w.n;
+    auto w = be().upload_matrix(in.w.view());
+    Buffer x = upload(in.x);
+    Buffer bias = in.bias.empty() ? Buffer() : upload(in.bias);
+    Buffer y = in.y0.empty() ? alloc<float>(size_t(in.m * n)) : upload(in.y0);
+    MatmulDesc d;
+    d.w = w.get();
+    d.x = x.as<half_t>();
+    d.bias = in.bias.empty() ? nullptr : bias.as<float>();
+    d.y = y.as<float>();
+    d.m = in.m;
+    d.accumulate = !in.y0.empty();
+    if (m1) {
+      be().matmul_m1(d);
+    } else {
+      be().matmul(d);
+    }
+    return download<float>(y);
+  }
+
+  // Runs the case and compares it with the reference under the accumulation tolerance.
+  void check(const MatmulInputs& in, bool m1) {
+    const int64_t n = in.w.n, k = in.w.k;
+    std::vector<double> mag;
+    std::vector<double> want = ref::matmul(ref::dequantize(in.w.view()), n, k, to_float(in.x), in.m,
+                                           in.bias.empty() ? nullptr : &in.bias, &mag);
+    std::vector<double> tol(want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      double scale = mag[i];
+      if (!in.bias.empty()) scale += std::fabs(in.bias[i % size_t(n)]);
+      if (!in.y0.empty()) {
+        want[i] += in.y0[i];
+        scale += std::fabs(in.y0[i]);
+      }
+      tol[i] = fp32_sum_error(k) * scale;
+    }
+    EXPECT_TRUE(all_close(run(in, m1), want, tol))
+        << weight_type_name(in.w.type) << " m=" << in.m << " n=" << n << " k=" << k;
+  }
+};
+TLLM_OPS_INSTANTIATE(MatmulTest);
+
+struct Shape {
+  int64_t n, k;
+};
+
+// Decode shapes of the benchmarked model (n_embd 896, n_ff 4864) and edges: n = 1, odd n, k = one
+// W8 group, k a multiple of 32 but not of 128 or 256.
+const Shape kW8Shapes[] = {{896, 896}, {1152, 896}, {896, 4864}, {1, 32}, {7, 160}, {33, 800}, {255, 288}};
+
+TEST_P(MatmulTest, W8M1Random) {
+  Rng rng(101);
+  for (const Shape& s : kW8Shapes) check(random_inputs(rng, WeightType::W8, 1, s.n, s.k, false, false), true);
+}
+
+TEST_P(MatmulTest, F16M1Random) {
+  Rng rng(102);
+  // As W8, plus k that is no multiple of 32 (F16 has no groups), and a vocabulary-sized n.
+  const Shape shapes[] = {{896, 896}, {1, 32}, {5, 33}, {3, 72}, {129, 200}, {151936, 64}};
+  for (const Shape& s : shapes) check(random_inputs(rng, WeightType::F16, 1, s.n, s.k, false, false), true);
+}
+
+TEST_P(MatmulTest, MatmulRandom) {
+  Rng rng(103);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    for (int64_t m : {1, 2, 3, 17, 64}) {
+      check(random_inputs(rng, type, m, 136, 224, false, false), false);
+      check(random_inputs(rng, type, m, 7, 32, false, false), false);
+    }
+  }
+  check(random_inputs(rng, WeightType::W8, 33, 896, 896, false, false), false);
+}
+
+TEST_P(MatmulTest, Bias) {
+  Rng rng(104);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    check(random_inputs(rng, type, 1, 1152, 896, true, false), true);
+    check(random_inputs(rng, type, 1, 31, 96, true, false), false);
+    check(random_inputs(rng, type, 17, 31, 96, true, false), false);
+  }
+}
+
+TEST_P(MatmulTest, Accumulate) {
+  Rng rng(105);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    for (bool bias : {false, true}) {
+      check(random_inputs(rng, type, 1, 896, 4864, bias, true), true);
+      check(random_inputs(rng, type, 1, 13, 64, bias, true), false);
+      check(random_inputs(rng, type, 17, 13, 64, bias, true), false);
+    }
+  }
+}
+
+// Small integer weights (W8 scale 1, or F16) and activations, integer bias and y0: every partial sum
+// is an integer below 2^24, so the result is exact in fp32 whatever the order and must match bit
+// for bit.
+TEST_P(MatmulTest, IntegerExact) {
+  Rng rng(106);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    for (int64_t m : {1, 3, 17}) {
+      for (bool m1 : {true, false}) {
+        if (m1 && m != 1) continue;
+        const int64_t n = 37, k = type == WeightType::W8 ? 4128 : 4100;
+        MatmulInputs in;
+        in.w = type == WeightType::W8 ? integer_w8(rng, n, k, 8) : integer_f16(rng, n, k, 8);
+        in.m = m;
+        for (int64_t i = 0; i < m * k; ++i) in.x.push_back(float_to_half(float(rng.between(-8, 8))));
+        for (int64_t j = 0; j < n; ++j) in.bias.push_back(float(rng.between(-100, 100)));
+        for (int64_t i = 0; i < m * n; ++i) in.y0.push_back(float(rng.between(-1000, 1000)));
+        std::vector<double> exact = ref::matmul(ref::dequantize(in.w.view()), n, k, to_float(in.x), m,
+                                                &in.bias);
+        for (size_t i = 0; i < exact.size(); ++i) exact[i] += in.y0[i];
+        EXPECT_TRUE(all_equal(run(in, m1), to_float(exact)))
+            << weight_type_name(type) << " m=" << m << (m1 ? " matmul_m1" : " matmul");
+      }
+    }
+  }
+}
+
+// ---- fused forms ---------------------------------------------------------------------------------
+
+class MatmulFusedTest : public MatmulTest {
+ protected:
+  struct Fused {
+    OwnedMatrix w;
+    int64_t m = 1;
+    std::vector<float> norm_x;       // (m, k) or empty: x given directly
+    std::vector<float> norm_weight;  // (k)
+    std::vector<half_t> x;           // (m, k) when norm_x is empty
+    bool swiglu = false;
+  };
+  static constexpr float kEps = 1e-6f;
+
+  // The backend's y (m, n), or out16 (m, n/2) widened to float for SwiGLU.
+  std::vector<float> run_fused(const Fused& f, bool m1) {
+    const int64_t n = f.w.n, k = f.w.k;
+    auto w = be().upload_matrix(f.w.view());
+    Buffer norm_x = f.norm_x.empty() ? Buffer() : upload(f.norm_x);
+    Buffer norm_w = f.norm_x.empty() ? Buffer() : upload(f.norm_weight);
+    // The x buffer the prologue must ignore holds garbage, so reading it shows.
+    Buffer x = f.norm_x.empty() ? upload(f.x) : upload(std::vector<half_t>(size_t(f.m * k), 0x7bff));
+    Buffer y = alloc<float>(size_t(f.m * n));
+    Buffer out16 = alloc<half_t>(size_t(f.m * n / 2));
+    MatmulDesc d;
+    d.w = w.get();
+    d.x = x.as<half_t>();
+    d.y = y.as<float>();
+    d.m = f.m;
+    if (!f.norm_x.empty()) {
+      d.norm_x = norm_x.as<float>();
+      d.norm_weight = norm_w.as<float>();
+      d.norm_eps = kEps;
+    }
+    if (f.swiglu) {
+      d.epilogue = MatmulEpilogue::SwiGLU;
+      d.out16 = out16.as<half_t>();
+    }
+    if (m1) {
+      be().matmul_m1(d);
+    } else {
+      be().matmul(d);
+    }
+    return f.swiglu ? to_float(download<half_t>(out16)) : download<float>(y);
+  }
+
+  // Reference of the unfused sequence: rmsnorm -> fp16 -> matmul [-> silu(gate) * up -> fp16].
+  void check_fused(const Fused& f, bool m1) {
+    const int64_t n = f.w.n, k = f.w.k;
+    const std::vector<float> w = ref::dequantize(f.w.view());
+    std::vector<float> x = to_float(f.x);
+    // With the prologue, the backend's fp32 rmsnorm (within 1e-5, as in rmsnorm_test) may round an
+    // x to the neighbouring fp16 value where the exact one lies near a midpoint; such an x moves
+    // output j by its slack times |w[j][c]|.
+    std::vector<float> x_slack(size_t(f.m * k), 0.0f);
+    if (!f.norm_x.empty()) {
+      const std::vector<double> x_exact = ref::rmsnorm(f.norm_x, f.norm_weight, f.m, k, kEps);
+      x = round_half(x_exact);
+      x_slack = to_float(half_rounding_slack(x_exact, 1e-5));
+    }
+    std::vector<float> w_abs(w.size());
+    for (size_t i = 0; i < w.size(); ++i) w_abs[i] = std::fabs(w[i]);
+    const std::vector<double> y_slack = ref::matmul(w_abs, n, k, x_slack, f.m, nullptr);
+    std::vector<double> mag;
+    const std::vector<double> y = ref::matmul(w, n, k, x, f.m, nullptr, &mag);
+    // Error of one projection: fp32 accumulation plus the prologue's rounding slack.
+    std::vector<double> y_tol(y.size());
+    for (size_t i = 0; i < y.size(); ++i) y_tol[i] = fp32_sum_error(k) * mag[i] + y_slack[i];
+    const std::vector<float> got = run_fused(f, m1);
+    if (!f.swiglu) {
+      EXPECT_TRUE(all_close(got, y, y_tol)) << "rmsnorm prologue m=" << f.m << " n=" << n << " k=" << k;
+      return;
+    }
+    const int64_t n_ff = n / 2;
+    std::vector<double> want(size_t(f.m * n_ff)), tol(want.size());
+    for (int64_t r = 0; r < f.m; ++r) {
+      for (int64_t j = 0; j < n_ff; ++j) {
+        const size_t gi = size_t(r * n + j), ui = gi + size_t(n_ff), o = size_t(r * n_ff + j);
+        const double g = y[gi], u = y[ui];
+        want[o] = ref::silu(g) * u;
+        // fp16 output rounding (one ULP, plus 1e-6 for a GPU's approximate exp) and the projection
+        // errors carried through: |d silu/dg| <= 1.1, so 1.1·|u|·tol(g) + |silu(g)|·tol(u).
+        tol[o] = (kHalfUlp + 1e-6) * std::fabs(want[o]) + kHalfSubnormal +
+                 1.1 * std::fabs(u) * y_tol[gi] + std::fabs(ref::silu(g)) * y_tol[ui];
+      }
+    }
+    EXPECT_TRUE(all_close(got, want, tol)) << (f.norm_x.empty() ? "" : "rmsnorm prologue + ")
+                                           << "SwiGLU m=" << f.m << " n_ff=" << n_ff << " k=" << k;
+  }
+
+  Fused make(Rng& rng, WeightType type, int64_t m, int64_t n, int64_t k, bool norm, bool swiglu) {
+    Fused f;
+    f.w = type == WeightType::W8 ? random_w8(rng, n, k) : random_f16(rng, n, k);
+    f.m = m;
+    if (norm) {
+      f.norm_x = random_floats(rng, size_t(m * k), -3.0f, 3.0f);
+      f.norm_weight = random_floats(rng, size_t(k), 0.5f, 1.5f);
+    } else {
+      f.x = random_halves(rng, size_t(m * k), -1.0f, 1.0f);
+    }
+    f.swiglu = swiglu;
+    return f;
+  }
+};
+TLLM_OPS_INSTANTIATE(MatmulFusedTest);
+
+TEST_P(MatmulFusedTest, RmsNormPrologue) {
+  Rng rng(201);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    check_fused(make(rng, type, 1, 1152, 896, true, false), true);
+    check_fused(make(rng, type, 1, 9, 96, true, false), false);
+    check_fused(make(rng, type, 17, 9, 96, true, false), false);
+  }
+}
+
+TEST_P(MatmulFusedTest, SwiGlu) {
+  Rng rng(202);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    check_fused(make(rng, type, 1, 2 * 4864, 896, false, true), true);
+    check_fused(make(rng, type, 1, 2 * 7, 64, false, true), false);
+    check_fused(make(rng, type, 17, 2 * 7, 64, false, true), false);
+  }
+}
+
+TEST_P(MatmulFusedTest, RmsNormPrologueSwiGlu) {
+  Rng rng(203);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    check_fused(make(rng, type, 1, 2 * 4864, 896, true, true), true);
+    check_fused(make(rng, type, 5, 2 * 33, 160, true, true), false);
+  }
+}
+
+}  // namespace
+}  // namespace tllm::test

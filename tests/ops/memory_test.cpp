@@ -1,0 +1,127 @@
+// Conformance of the backend's memory and identity: zeroed allocations, upload/download round trips
+// at offsets, memory_info accounting, matrix upload errors, supported ops, creation errors.
+#include <cstring>
+
+#include "ops/conformance.h"
+
+namespace tllm::test {
+namespace {
+
+class MemoryTest : public OpsTest {};
+TLLM_OPS_INSTANTIATE(MemoryTest);
+
+TEST_P(MemoryTest, AllocIsZeroed) {
+  // A freed block filled with a pattern, then blocks of the same size: none may show the pattern.
+  const size_t bytes = size_t(3) << 20;
+  {
+    Buffer dirty = alloc<uint8_t>(bytes);
+    be().upload(dirty.data(), std::vector<uint8_t>(bytes, 0xab).data(), bytes);
+    be().synchronize();
+  }
+  for (size_t size : {bytes, bytes - 1, size_t(1), size_t(4096)}) {
+    Buffer b = alloc<uint8_t>(size);
+    ASSERT_TRUE(b) << size << " bytes";
+    EXPECT_EQ(b.bytes(), size);
+    EXPECT_TRUE(all_equal(download<uint8_t>(b), std::vector<uint8_t>(size, 0))) << size << " bytes";
+  }
+}
+
+TEST_P(MemoryTest, UploadDownloadRoundTrip) {
+  Rng rng(1001);
+  const size_t n = 100003;  // odd: partial vectors at the end
+  const std::vector<float> host = random_floats(rng, n, -1e6f, 1e6f);
+  Buffer b = upload(host);
+  EXPECT_TRUE(all_equal(download<float>(b), host));
+  // Into the middle of a buffer, and back from an odd byte offset.
+  const std::vector<float> part = random_floats(rng, 777, -1.0f, 1.0f);
+  be().upload(b.as<float>() + 1001, part.data(), part.size() * sizeof(float));
+  std::vector<float> want = host;
+  std::copy(part.begin(), part.end(), want.begin() + 1001);
+  EXPECT_TRUE(all_equal(download<float>(b), want));
+  std::vector<uint8_t> bytes(4099);
+  be().download(bytes.data(), b.as<uint8_t>() + 3, bytes.size());
+  EXPECT_EQ(std::memcmp(bytes.data(), reinterpret_cast<const uint8_t*>(want.data()) + 3, bytes.size()), 0);
+}
+
+TEST_P(MemoryTest, MemoryInfoAccounting) {
+  const MemoryInfo before = be().memory_info();
+  EXPECT_GE(before.peak_bytes, before.allocated_bytes);
+  const size_t bytes = size_t(5) << 20;
+  {
+    Buffer a = alloc<uint8_t>(bytes);
+    Buffer b = alloc<uint8_t>(bytes);
+    const MemoryInfo with = be().memory_info();
+    EXPECT_GE(with.allocated_bytes, before.allocated_bytes + 2 * bytes);
+    EXPECT_GE(with.peak_bytes, with.allocated_bytes);
+    // A matrix holds at least the bytes a full read of it streams.
+    Rng rng(1002);
+    const OwnedMatrix w = random_w8(rng, 64, 256);
+    size_t stream = 0;
+    {
+      auto m = be().upload_matrix(w.view());
+      stream = m->stream_bytes();
+      EXPECT_EQ(stream, size_t(64 * 256 + 64 * 256 / kW8Group * 2));
+      EXPECT_GE(be().memory_info().allocated_bytes, with.allocated_bytes + stream);
+    }
+    EXPECT_EQ(be().memory_info().allocated_bytes, with.allocated_bytes);
+  }
+  const MemoryInfo after = be().memory_info();
+  EXPECT_EQ(after.allocated_bytes, before.allocated_bytes);
+  EXPECT_GE(after.peak_bytes, before.allocated_bytes + 2 * bytes);
+}
+
+TEST_P(MemoryTest, MovedBufferFreesOnce) {
+  const size_t base = be().memory_info().allocated_bytes;
+  Buffer a = alloc<float>(1000);
+  Buffer b = std::move(a);
+  EXPECT_FALSE(a);  // moving leaves the source empty
+  EXPECT_TRUE(b);
+  Buffer c;
+  c = std::move(b);
+  EXPECT_GE(be().memory_info().allocated_bytes, base + 1000 * sizeof(float));
+  c = Buffer();
+  EXPECT_EQ(be().memory_info().allocated_bytes, base);
+}
+
+TEST_P(MemoryTest, MatrixShapeAndErrors) {
+  Rng rng(1003);
+  const OwnedMatrix w8 = random_w8(rng, 3, 64);
+  auto m = be().upload_matrix(w8.view());
+  EXPECT_EQ(m->type(), WeightType::W8);
+  EXPECT_EQ(m->n(), 3);
+  EXPECT_EQ(m->k(), 64);
+  // W8 needs k to be a multiple of the group size; a user-reachable error, so BackendError.
+  OwnedMatrix bad = random_w8(rng, 3, 64);
+  HostMatrix view = bad.view();
+  view.k = 48;
+  EXPECT_THROW(be().upload_matrix(view), BackendError);
+  HostMatrix empty;
+  EXPECT_THROW(be().upload_matrix(empty), BackendError);
+}
+
+TEST_P(MemoryTest, IdentityAndSupportedOps) {
+  EXPECT_EQ(be().name(), GetParam());
+  const DeviceInfo info = be().device_info();
+  EXPECT_FALSE(info.name.empty());
+  EXPECT_FALSE(info.runtime.empty());
+  // Every op of the interface must be implemented by every backend; only step capture is optional.
+  for (Op op : {Op::MatmulM1W8, Op::MatmulM1F16, Op::Matmul, Op::RmsNorm, Op::Rope, Op::KvAppend,
+                Op::QkvRopeAppend, Op::AttentionPrefill, Op::AttentionDecode, Op::Add, Op::SiluMul,
+                Op::Embedding, Op::Argmax}) {
+    EXPECT_TRUE(be().supports(op)) << op_name(op);
+  }
+}
+
+TEST_P(MemoryTest, UnknownBackendName) {
+  try {
+    create_backend("no-such-backend");
+    FAIL() << "create_backend accepted an unknown name";
+  } catch (const BackendError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("no-such-backend"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << "a one-line message: " << what;
+  }
+}
+
+}  // namespace
+}  // namespace tllm::test

@@ -1,0 +1,157 @@
+// Conformance of rope (both pair layouts, several positions and theta) and of the fused
+// qkv_rope_append, against the reference of rope followed by kv_append.
+//
+// Tolerance of a rotated pair of norm r: r · (1e-5 + 1e-6 · pos). The rotation itself costs a few
+// fp32 ULP of r (1e-5 leaves room); the angle pos · theta^(-2j/head_dim) computed in fp32 and a
+// GPU's fast sin/cos err by up to about 6e-7 · pos radians (a few ULP of the frequency times pos,
+// and argument reduction that degrades with |angle|), and an angle error δ moves the pair by r·δ.
+#include <cmath>
+
+#include "ops/conformance.h"
+#include "ops/reference.h"
+
+namespace tllm::test {
+namespace {
+
+// Tolerances for rows of n_heads heads laid out as in `x` (rows of row_stride values, heads at the
+// start of each row), per the rule above; values outside the heads get 0.
+std::vector<double> rope_tolerance(const std::vector<float>& x, int64_t row_stride, const std::vector<int32_t>& pos,
+                                   int n_heads, int head_dim, RopeMode mode) {
+  std::vector<double> tol(x.size(), 0.0);
+  const int half_dim = head_dim / 2;
+  for (size_t r = 0; r < pos.size(); ++r) {
+    for (int h = 0; h < n_heads; ++h) {
+      const size_t base = r * size_t(row_stride) + size_t(h) * size_t(head_dim);
+      for (int j = 0; j < half_dim; ++j) {
+        const size_t a = base + size_t(mode == RopeMode::Normal ? 2 * j : j);
+        const size_t b = base + size_t(mode == RopeMode::Normal ? 2 * j + 1 : j + half_dim);
+        tol[a] = tol[b] = std::hypot(double(x[a]), double(x[b])) * (1e-5 + 1e-6 * pos[r]);
+      }
+    }
+  }
+  return tol;
+}
+
+class RopeTest : public OpsTest {
+ protected:
+  void check(Rng& rng, int n_heads, int head_dim, const std::vector<int32_t>& pos, float theta, RopeMode mode) {
+    const std::vector<float> x = random_floats(rng, pos.size() * size_t(n_heads) * size_t(head_dim), -2.0f, 2.0f);
+    Buffer xb = upload(x), pb = upload(pos);
+    RopeDesc d;
+    d.x = xb.as<float>();
+    d.pos = pb.as<int32_t>();
+    d.m = int64_t(pos.size());
+    d.n_heads = n_heads;
+    d.head_dim = head_dim;
+    d.theta = theta;
+    d.mode = mode;
+    be().rope(d);
+    const std::vector<double> want = ref::rope(x, pos, n_heads, head_dim, theta, mode);
+    EXPECT_TRUE(all_close(download<float>(xb), want,
+                          rope_tolerance(x, int64_t(n_heads) * head_dim, pos, n_heads, head_dim, mode)))
+        << (mode == RopeMode::Normal ? "normal" : "neox") << " n_heads=" << n_heads << " head_dim=" << head_dim
+        << " theta=" << theta << " first pos=" << pos[0];
+  }
+};
+TLLM_OPS_INSTANTIATE(RopeTest);
+
+TEST_P(RopeTest, Normal) {
+  Rng rng(801);
+  check(rng, 9, 64, {0}, 10000.0f, RopeMode::Normal);  // position 0: the identity
+  check(rng, 9, 64, {1}, 10000.0f, RopeMode::Normal);
+  check(rng, 3, 64, {4095}, 100000.0f, RopeMode::Normal);
+  check(rng, 16, 128, {0, 1, 2, 3, 100, 1000, 8191}, 500000.0f, RopeMode::Normal);
+}
+
+TEST_P(RopeTest, Neox) {
+  Rng rng(802);
+  check(rng, 14, 64, {0}, 1000000.0f, RopeMode::Neox);
+  check(rng, 14, 64, {1}, 1000000.0f, RopeMode::Neox);
+  check(rng, 2, 64, {4095}, 1000000.0f, RopeMode::Neox);
+  check(rng, 7, 128, {5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}, 10000.0f, RopeMode::Neox);
+  check(rng, 1, 8, {32767}, 10000.0f, RopeMode::Neox);  // the largest Qwen2.5 position, a tiny head
+}
+
+// qkv_rope_append against rope on the q and k heads followed by kv_append of k and v.
+class QkvRopeAppendTest : public OpsTest {
+ protected:
+  void check(Rng& rng, int n_head, int n_head_kv, int head_dim, int n_ctx, const std::vector<int32_t>& pos,
+             float theta, RopeMode mode) {
+    const int64_t m = int64_t(pos.size());
+    const int64_t q_dim = int64_t(n_head) * head_dim, kv_dim = int64_t(n_head_kv) * head_dim;
+    const int64_t row = q_dim + 2 * kv_dim;
+    const std::vector<float> qkv = random_floats(rng, size_t(m * row), -2.0f, 2.0f);
+    std::vector<half_t> k_cache = random_halves(rng, size_t(n_ctx * kv_dim), -1.0f, 1.0f);
+    std::vector<half_t> v_cache = random_halves(rng, size_t(n_ctx * kv_dim), -1.0f, 1.0f);
+    Buffer qb = upload(qkv), pb = upload(pos), kc = upload(k_cache), vc = upload(v_cache);
+    QkvRopeAppendDesc d;
+    d.qkv = qb.as<float>();
+    d.pos = pb.as<int32_t>();
+    d.k_cache = kc.as<half_t>();
+    d.v_cache = vc.as<half_t>();
+    d.m = m;
+    d.n_head = n_head;
+    d.n_head_kv = n_head_kv;
+    d.head_dim = head_dim;
+    d.n_ctx = n_ctx;
+    d.theta = theta;
+    d.mode = mode;
+    be().qkv_rope_append(d);
+
+    // Reference: split the rows, rope q and k, append k and v.
+    std::vector<float> q, k, v;
+    for (int64_t r = 0; r < m; ++r) {
+      const float* p = qkv.data() + r * row;
+      q.insert(q.end(), p, p + q_dim);
+      k.insert(k.end(), p + q_dim, p + q_dim + kv_dim);
+      v.insert(v.end(), p + q_dim + kv_dim, p + row);
+    }
+    const std::vector<double> q_ref = ref::rope(q, pos, n_head, head_dim, theta, mode);
+    const std::vector<double> k_ref = ref::rope(k, pos, n_head_kv, head_dim, theta, mode);
+    // qkv after the op: q and k roped (q and k heads are adjacent, so one tolerance pass covers
+    // both), v untouched (tolerance 0).
+    std::vector<double> want(qkv.begin(), qkv.end());
+    for (int64_t r = 0; r < m; ++r) {
+      std::copy(q_ref.begin() + r * q_dim, q_ref.begin() + (r + 1) * q_dim, want.begin() + r * row);
+      std::copy(k_ref.begin() + r * kv_dim, k_ref.begin() + (r + 1) * kv_dim, want.begin() + r * row + q_dim);
+    }
+    const std::vector<double> qkv_tol = rope_tolerance(qkv, row, pos, n_head + n_head_kv, head_dim, mode);
+    EXPECT_TRUE(all_close(download<float>(qb), want, qkv_tol)) << "qkv rows";
+
+    // k cache: written rows hold fp16(roped k), within the rope tolerance plus one fp16 ULP; the
+    // other rows are unchanged (tolerance 0). v cache: fp16(v) exactly.
+    std::vector<double> k_want(k_cache.size()), k_tol(k_cache.size(), 0.0);
+    for (size_t i = 0; i < k_cache.size(); ++i) k_want[i] = half_to_float(k_cache[i]);
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = 0; c < kv_dim; ++c) {
+        const int64_t h = c / head_dim, e = c % head_dim;
+        const size_t dst = size_t((h * n_ctx + pos[size_t(r)]) * head_dim + e);
+        k_want[dst] = k_ref[size_t(r * kv_dim + c)];
+        k_tol[dst] = qkv_tol[size_t(r * row + q_dim + c)] + kHalfUlp * std::fabs(k_want[dst]) + kHalfSubnormal;
+      }
+    }
+    EXPECT_TRUE(all_close(to_float(download<half_t>(kc)), k_want, k_tol)) << "k cache";
+    std::vector<half_t> k_unused = k_cache;
+    ref::kv_append(k, v, pos, n_head_kv, head_dim, n_ctx, k_unused, v_cache);
+    EXPECT_TRUE(all_equal(download<half_t>(vc), v_cache)) << "v cache";
+  }
+};
+TLLM_OPS_INSTANTIATE(QkvRopeAppendTest);
+
+TEST_P(QkvRopeAppendTest, Decode) {
+  Rng rng(811);
+  check(rng, 14, 2, 64, 128, {0}, 1000000.0f, RopeMode::Neox);
+  check(rng, 14, 2, 64, 128, {77}, 1000000.0f, RopeMode::Neox);
+  check(rng, 9, 3, 64, 64, {63}, 100000.0f, RopeMode::Normal);
+  check(rng, 3, 1, 128, 40, {5}, 10000.0f, RopeMode::Normal);
+  check(rng, 7, 7, 64, 16, {15}, 10000.0f, RopeMode::Neox);
+}
+
+TEST_P(QkvRopeAppendTest, Prefill) {
+  Rng rng(812);
+  check(rng, 14, 2, 64, 64, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 1000000.0f, RopeMode::Neox);
+  check(rng, 9, 3, 64, 300, {200, 201, 202, 203, 204}, 100000.0f, RopeMode::Normal);
+}
+
+}  // namespace
+}  // namespace tllm::test
