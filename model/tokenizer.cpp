@@ -390,16 +390,19 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
   }
   bytes_off_[n] = static_cast<uint32_t>(bytes_blob_.size());
 
+  // Some real vocabularies (SmolLM2's) lack tokens for a few control bytes. Such a byte cannot be
+  // represented and is dropped from the encoding, as the reference implementations do; a vocabulary
+  // missing most bytes is not byte-level BPE at all.
   const ByteMap& bm = byte_map();
+  int missing = 0;
   for (int b = 0; b < 256; ++b) {
     auto it = text_to_id_.find(bm.to_utf8[b]);
-    if (it == text_to_id_.end()) {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "0x%02X", b);
-      throw TokenizerError(std::string("vocabulary has no token for byte ") + hex + " ('" +
-                           bm.to_utf8[b] + "'); not a byte-level BPE vocabulary");
-    }
-    byte_token_[b] = it->second;
+    byte_token_[b] = it == text_to_id_.end() ? -1 : it->second;
+    missing += it == text_to_id_.end();
+  }
+  if (missing > 128) {
+    throw TokenizerError("vocabulary has tokens for only " + std::to_string(256 - missing) +
+                         " of the 256 bytes; not a byte-level BPE vocabulary");
   }
 
   // Merges "left right" in rank order. A merge naming text outside the vocabulary can never apply
@@ -693,7 +696,7 @@ std::vector<std::string> Tokenizer::pre_tokenize(const std::string& text) const 
 void Tokenizer::bpe_piece(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const {
   const size_t n = piece.size();
   if (n == 1) {
-    out.push_back(byte_token_[static_cast<uint8_t>(piece[0])]);
+    if (byte_token_[static_cast<uint8_t>(piece[0])] >= 0) out.push_back(byte_token_[static_cast<uint8_t>(piece[0])]);
     return;
   }
   if (auto hit = ws.cache.find(piece); hit != ws.cache.end()) {
@@ -732,6 +735,7 @@ void Tokenizer::bpe_piece(std::string_view piece, Workspace& ws, std::vector<int
     auto candidate = [&](int32_t left) -> bool {
       if (left < 0 || next[left] < 0) return false;
       const int32_t right = next[left];
+      if (sym[left] < 0 || sym[right] < 0) return false;  // a byte without a token never merges
       const MergeTable::Slot* s = merges_->find(sym[left], sym[right]);
       if (!s) return false;
       heap.push_back(Candidate{s->rank, left, sym[left], sym[right], s->merged});
@@ -753,7 +757,9 @@ void Tokenizer::bpe_piece(std::string_view piece, Workspace& ws, std::vector<int
       if (candidate(prev[c.pos])) std::push_heap(heap.begin(), heap.end(), cmp);
       if (candidate(c.pos)) std::push_heap(heap.begin(), heap.end(), cmp);
     }
-    for (int32_t k = 0; k >= 0; k = next[k]) out.push_back(sym[k]);
+    for (int32_t k = 0; k >= 0; k = next[k]) {
+      if (sym[k] >= 0) out.push_back(sym[k]);
+    }
   }
   ws.cache.emplace(piece, std::make_pair(static_cast<uint32_t>(ws.cache_ids.size()),
                                          static_cast<uint32_t>(out.size() - start)));

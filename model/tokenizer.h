@@ -108,6 +108,7 @@ class Tokenizer {
   const std::string& token_text(int32_t id) const;
   TokenType token_type(int32_t id) const;
   // Id of the token for one raw byte (every byte-level vocabulary has all 256).
+  // Token of a single byte, -1 when the vocabulary has none for it (such bytes are dropped).
   int32_t byte_token(uint8_t byte) const { return byte_token_[byte]; }
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }

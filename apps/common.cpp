@@ -1,0 +1,135 @@
+#include "apps/common.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "model/synth.h"
+
+namespace tllm {
+
+std::string default_backend_name() { return backend_available("cuda") ? "cuda" : "cpu"; }
+
+Progress::Progress(std::string label, bool quiet)
+    : label_(std::move(label)), quiet_(quiet), tty_(isatty(STDERR_FILENO) != 0) {}
+
+void Progress::update(size_t done, size_t total) {
+  if (quiet_ || total == 0) return;
+  const int pct = int(done * 100 / total);
+  // On a terminal the line redraws in place; in a log, one line every 25%.
+  const int step = tty_ ? 1 : 25;
+  if (pct / step == last_percent_ / step && pct != 100) return;
+  if (pct == last_percent_) return;
+  last_percent_ = pct;
+  if (tty_) {
+    std::fprintf(stderr, "\r%s %3d%%%s", label_.c_str(), pct, pct == 100 ? "\n" : "");
+  } else {
+    std::fprintf(stderr, "%s %3d%%\n", label_.c_str(), pct);
+  }
+  std::fflush(stderr);
+}
+
+namespace {
+std::string human_bytes(size_t b) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1024.0 * 1024.0));
+  return buf;
+}
+}  // namespace
+
+LoadedModel load_model(const ModelRequest& req) {
+  LoadedModel lm;
+  lm.file = GgufFile::open(req.path);
+  const ModelConfig cfg = read_model_config(*lm.file);
+  // The tokenizer is checked before the weights are converted, so a bad vocabulary fails fast.
+  if (req.need_tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
+  const std::string be_name = req.backend == "auto" ? default_backend_name() : req.backend;
+  lm.backend = create_backend(be_name);
+  lm.backend->set_step_capture(req.graphs);
+
+  LoadOptions opt;
+  opt.n_ctx = req.n_ctx;
+  opt.max_batch = req.max_batch;
+  const ModelFootprint need = Model::footprint(cfg, opt);
+  const MemoryInfo mem = lm.backend->memory_info();
+  if (mem.device_total > 0) {
+    const size_t free_bytes = mem.device_total > mem.device_used ? mem.device_total - mem.device_used : 0;
+    if (need.total() > free_bytes) {
+      throw AppError(req.path + ": the model needs " + human_bytes(need.total()) + " on " + be_name + " (weights " +
+                     human_bytes(need.weight_bytes) + ", KV cache " + human_bytes(need.kv_cache_bytes) + " for " +
+                     std::to_string(std::min(req.n_ctx, cfg.n_ctx_train)) + " tokens, activations " +
+                     human_bytes(need.activation_bytes) + ") but only " + human_bytes(free_bytes) +
+                     " is free; try a smaller --ctx");
+    }
+  }
+  Progress progress("loading " + std::filesystem::path(req.path).filename().string() + " onto " + be_name, req.quiet);
+  opt.progress = [&](size_t done, size_t total) { progress.update(done, total); };
+  lm.model = Model::load(*lm.file, *lm.backend, opt);
+  return lm;
+}
+
+std::string default_bench_model(bool quiet) {
+  namespace fs = std::filesystem;
+  fs::path dir;
+  if (const char* c = std::getenv("TINY_LLM_CACHE"); c && *c) {
+    dir = c;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
+    dir = fs::path(x) / "tiny-llm";
+  } else if (const char* h = std::getenv("HOME"); h && *h) {
+    dir = fs::path(h) / ".cache" / "tiny-llm";
+  } else {
+    dir = fs::temp_directory_path() / "tiny-llm";
+  }
+  const fs::path path = dir / "qwen2.5-0.5b-instruct-synthetic-q4_k_m.gguf";
+  if (fs::exists(path)) return path.string();
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw AppError(dir.string() + ": cannot create the cache folder: " + ec.message());
+  if (!quiet) std::fprintf(stderr, "writing the synthetic benchmark model to %s (once)\n", path.c_str());
+  const fs::path tmp = path.string() + ".part";
+  Progress progress("writing synthetic model", quiet);
+  write_synth_model(qwen25_05b_q4km(), tmp.string(), [&](size_t d, size_t t) { progress.update(d, t); });
+  fs::rename(tmp, path, ec);
+  if (ec) throw AppError(path.string() + ": cannot move the model into place: " + ec.message());
+  return path.string();
+}
+
+int parse_cli(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    for (char& ch : what) {
+      if (ch == '\n') ch = ' ';
+    }
+    std::fprintf(stderr, "%s: error: %s; see --help\n", app.get_name().c_str(), what.c_str());
+    return 1;
+  }
+  return -1;
+}
+
+int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
+  try {
+    return body(argc, argv);
+  } catch (const std::exception& e) {
+    // Messages can quote text from a file: control characters would break the one-line report.
+    std::string what = e.what();
+    for (char& ch : what) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7F) ch = ' ';
+    }
+    std::fflush(stdout);
+    std::fprintf(stderr, "%s: error: %s\n", program, what.c_str());
+    return 1;
+  }
+}
+
+}  // namespace tllm

@@ -1,0 +1,388 @@
+// tiny_llm: generate, chat, inspect, tokenize, logits, synth.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "apps/common.h"
+#include "model/chat_template.h"
+#include "model/generator.h"
+#include "model/synth.h"
+
+namespace tllm {
+namespace {
+
+// Options shared by the subcommands that run a model.
+struct RunOptions {
+  ModelRequest req;
+  SamplerParams sampling;
+  int max_tokens = 256;
+  std::string chat_template;  // "" = from the model
+  std::string system;
+  bool no_graphs = false;
+  bool stats = false;
+};
+
+void add_model_options(CLI::App* app, RunOptions& o) {
+  app->add_option("-m,--model", o.req.path, "GGUF model file")->required();
+  app->add_option("--backend", o.req.backend, "compute backend: auto (cuda when a GPU is visible), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app->add_option("--ctx", o.req.n_ctx, "context size in tokens (KV cache rows)")->check(CLI::Range(1, 1 << 20));
+  app->add_flag("--no-graphs", o.no_graphs, "run decode steps without CUDA graphs");
+  app->add_flag("-q,--quiet", o.req.quiet, "no progress on stderr");
+}
+
+void add_sampling_options(CLI::App* app, RunOptions& o) {
+  app->add_option("-n,--max-tokens", o.max_tokens, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
+  app->add_option("--temp", o.sampling.temperature, "temperature (0 = greedy)");
+  app->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = off)");
+  app->add_option("--top-p", o.sampling.top_p, "nucleus sampling threshold (1 = off)");
+  app->add_option("--min-p", o.sampling.min_p, "drop tokens below min-p times the top probability (0 = off)");
+  app->add_option("--repeat-penalty", o.sampling.repeat_penalty, "penalty for recent tokens (1 = off)");
+  app->add_option("--repeat-last-n", o.sampling.repeat_last_n, "how many recent tokens the penalty sees");
+  app->add_option("--seed", o.sampling.seed, "random seed for sampling");
+  app->add_option("--chat-template", o.chat_template, "chat format: chatml, llama3 or none (default: from the model)")
+      ->check(CLI::IsMember({"chatml", "llama3", "none"}));
+  app->add_option("--system", o.system, "system prompt (default: the model's own, if its template has one)");
+  app->add_flag("--stats", o.stats, "print timing figures on stderr at the end");
+}
+
+void check_run_options(RunOptions& o) {
+  const std::string bad = o.sampling.validate();
+  if (!bad.empty()) throw AppError(bad);
+  o.req.graphs = !o.no_graphs;
+}
+
+void print_stats(const GenerationResult& r) {
+  double decode_ms = 0;
+  for (double t : r.token_ms) decode_ms += t;
+  std::fprintf(stderr, "\n[prompt %d tokens, %.1f ms (%.1f tok/s); generated %zu tokens, TTFT %.1f ms, %.2f tok/s; stop: %s]\n",
+               r.n_prompt, r.prefill_ms, r.prefill_ms > 0 ? 1000.0 * r.n_prompt / r.prefill_ms : 0.0, r.tokens.size(),
+               r.ttft_ms, decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0,
+               stop_reason_name(r.stop));
+}
+
+// Streams generated tokens to stdout as whole UTF-8 characters; end tokens are not printed.
+struct StdoutStream {
+  const Tokenizer& tok;
+  StreamDecoder dec;
+  explicit StdoutStream(const Tokenizer& t) : tok(t), dec(t) {}
+  bool operator()(int32_t id) {
+    if (tok.is_end_of_generation(id)) return true;
+    const std::string s = dec.push(id);
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+    return true;
+  }
+  void finish() {
+    const std::string s = dec.flush();
+    std::fwrite(s.data(), 1, s.size(), stdout);
+    std::fflush(stdout);
+  }
+};
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw AppError(path + ": cannot open the file");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int cmd_generate(RunOptions& o, const std::string& prompt, bool chat) {
+  check_run_options(o);
+  LoadedModel lm = load_model(o.req);
+  std::string text = prompt;
+  if (chat) {
+    const ChatFormat fmt = detect_chat_format(*lm.file, o.chat_template);
+    std::vector<ChatMessage> msgs;
+    if (!o.system.empty()) msgs.push_back({"system", o.system});
+    msgs.push_back({"user", prompt});
+    text = render_chat(fmt, msgs, /*add_generation_prompt=*/true);
+  }
+  std::vector<int32_t> ids = lm.tokenizer->encode(text, /*parse_special=*/chat);
+  if (!chat && lm.tokenizer->add_bos() && lm.tokenizer->bos_id() >= 0) ids.insert(ids.begin(), lm.tokenizer->bos_id());
+  if (ids.empty()) throw AppError("the prompt is empty");
+  if (int(ids.size()) >= lm.model->n_ctx()) {
+    throw AppError("the prompt has " + std::to_string(ids.size()) + " tokens but the context holds " +
+                   std::to_string(lm.model->n_ctx()) + "; use a larger --ctx or a shorter prompt");
+  }
+  const Tokenizer& tok = *lm.tokenizer;
+  Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
+  StdoutStream out(tok);
+  GenerateOptions g;
+  g.max_tokens = o.max_tokens;
+  GenerationResult r = session.generate(ids, g, [&](int32_t id) { return out(id); });
+  out.finish();
+  std::printf("\n");
+  if (r.stop == StopReason::ContextFull) {
+    std::fprintf(stderr, "tiny_llm: the context of %d tokens is full; generation stopped\n", lm.model->n_ctx());
+  }
+  if (o.stats) print_stats(r);
+  return 0;
+}
+
+int cmd_chat(RunOptions& o) {
+  check_run_options(o);
+  LoadedModel lm = load_model(o.req);
+  const Tokenizer& tok = *lm.tokenizer;
+  const ChatFormat fmt = detect_chat_format(*lm.file, o.chat_template);
+  Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
+  const bool tty = isatty(STDIN_FILENO) != 0;
+  std::vector<ChatMessage> msgs;
+  if (!o.system.empty()) msgs.push_back({"system", o.system});
+  const size_t n_fixed = msgs.size();
+  std::string cached;  // the text whose tokens are in the cache (prompt + reply so far)
+  if (tty) std::fprintf(stderr, "chat with %s; /reset clears the conversation, /exit quits\n", o.req.path.c_str());
+  std::string line;
+  for (;;) {
+    if (tty) {
+      std::fprintf(stdout, "> ");
+      std::fflush(stdout);
+    }
+    if (!std::getline(std::cin, line)) break;
+    if (line == "/exit" || line == "/quit") break;
+    if (line == "/reset") {
+      msgs.resize(n_fixed);
+      cached.clear();
+      session.reset();
+      std::printf("[conversation cleared]\n");
+      continue;
+    }
+    if (line.empty()) continue;
+    msgs.push_back({"user", line});
+    const std::string full = render_chat(fmt, msgs, /*add_generation_prompt=*/true);
+    std::string fresh;
+    if (!cached.empty() && full.compare(0, cached.size(), cached) == 0) {
+      fresh = full.substr(cached.size());  // only the new turn goes through the model
+    } else {
+      session.reset();
+      cached.clear();
+      fresh = full;
+    }
+    std::vector<int32_t> ids = tok.encode(fresh, /*parse_special=*/true);
+    if (session.n_past() + int64_t(ids.size()) + 1 >= lm.model->n_ctx()) {
+      std::printf("[the context of %d tokens is full; conversation cleared]\n", lm.model->n_ctx());
+      msgs.erase(msgs.begin() + long(n_fixed), msgs.end() - 1);
+      session.reset();
+      cached.clear();
+      ids = tok.encode(render_chat(fmt, msgs, true), true);
+      if (int64_t(ids.size()) + 1 >= lm.model->n_ctx()) {
+        std::printf("[the message alone does not fit the context]\n");
+        msgs.resize(n_fixed);
+        continue;
+      }
+    }
+    cached = render_chat(fmt, msgs, true);
+    StdoutStream out(tok);
+    GenerateOptions g;
+    g.max_tokens = o.max_tokens;
+    GenerationResult r = session.generate(ids, g, [&](int32_t id) { return out(id); });
+    out.finish();
+    std::printf("\n");
+    std::fflush(stdout);
+    std::string reply;
+    for (int32_t id : r.tokens) reply += tok.token_bytes(id);
+    cached += reply;
+    // The assistant message as the template will render it next turn (end token excluded).
+    std::string content;
+    for (int32_t id : r.tokens) {
+      if (!tok.is_end_of_generation(id)) content += tok.token_bytes(id);
+    }
+    msgs.push_back({"assistant", content});
+    if (r.stop == StopReason::ContextFull) {
+      std::printf("[the context of %d tokens is full; conversation cleared]\n", lm.model->n_ctx());
+      msgs.resize(n_fixed);
+      session.reset();
+      cached.clear();
+    }
+    if (o.stats) print_stats(r);
+  }
+  return 0;
+}
+
+int cmd_inspect(const std::string& path, bool json) {
+  std::unique_ptr<GgufFile> f = GgufFile::open(path);
+  if (json) {
+    nlohmann::json j;
+    j["file"] = path;
+    j["version"] = f->version();
+    j["alignment"] = f->alignment();
+    for (const auto& kv : f->metadata()) j["metadata"][kv.first] = kv.second.to_string();
+    for (const TensorInfo& t : f->tensors()) {
+      j["tensors"].push_back({{"name", t.name}, {"type", ggml_type_name(t.type)}, {"shape", t.dims}, {"bytes", t.bytes}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("file: %s\nGGUF version %u, alignment %llu, %zu metadata keys, %zu tensors\n\n", path.c_str(),
+              f->version(), (unsigned long long)f->alignment(), f->metadata().size(), f->tensors().size());
+  std::printf("%-44s %s\n", "key", "value");
+  for (const auto& kv : f->metadata()) std::printf("%-44s %s\n", kv.first.c_str(), kv.second.to_string().c_str());
+  std::printf("\n%-40s %-6s %-20s %12s\n", "tensor", "type", "shape", "bytes");
+  size_t total = 0;
+  for (const TensorInfo& t : f->tensors()) {
+    std::string shape;
+    for (size_t i = 0; i < t.dims.size(); ++i) shape += (i ? " x " : "") + std::to_string(t.dims[i]);
+    std::printf("%-40s %-6s %-20s %12zu\n", t.name.c_str(), ggml_type_name(t.type), shape.c_str(), t.bytes);
+    total += t.bytes;
+  }
+  std::printf("%-40s %-6s %-20s %12zu\n", "total", "", "", total);
+  try {
+    const ModelConfig c = read_model_config(*f);
+    std::printf("\nmodel: %s, %d layers, n_embd %d, n_ff %d, %d heads / %d KV heads (head_dim %d), n_vocab %d, "
+                "context %d, rope theta %g, rms eps %g, %s embeddings, %s QKV bias\n",
+                c.arch.c_str(), c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab,
+                c.n_ctx_train, double(c.rope_theta), double(c.rms_eps), c.tied_embeddings ? "tied" : "separate",
+                c.qkv_bias ? "with" : "no");
+  } catch (const std::exception& e) {
+    std::printf("\nnot a runnable model: %s\n", e.what());
+  }
+  return 0;
+}
+
+int cmd_tokenize(const std::string& path, std::string text, const std::string& file, bool no_special) {
+  if (!file.empty()) text = read_file(file);
+  std::unique_ptr<GgufFile> f = GgufFile::open(path);
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*f);
+  const std::vector<int32_t> ids = tok->encode(text, !no_special);
+  std::string line;
+  for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
+  std::printf("%s\n", line.c_str());
+  return 0;
+}
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::istringstream in(s);
+  std::string w;
+  while (in >> w) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < 0 || v > INT32_MAX) throw AppError("'" + w + "' is not a token id");
+    ids.push_back(int32_t(v));
+  }
+  return ids;
+}
+
+int cmd_logits(RunOptions& o, const std::string& tokens, const std::string& tokens_file, const std::string& prompt,
+               const std::string& out_path) {
+  check_run_options(o);
+  o.req.need_tokenizer = !prompt.empty();
+  std::vector<int32_t> ids;
+  if (!tokens.empty()) ids = parse_ids(tokens);
+  if (!tokens_file.empty()) ids = parse_ids(read_file(tokens_file));
+  LoadedModel lm = load_model(o.req);
+  if (!prompt.empty()) ids = lm.tokenizer->encode(prompt, true);
+  if (ids.empty()) throw AppError("no tokens given (use --tokens, --tokens-file or -p)");
+  if (int(ids.size()) > lm.model->n_ctx()) {
+    throw AppError(std::to_string(ids.size()) + " tokens do not fit the context of " + std::to_string(lm.model->n_ctx()));
+  }
+  for (int32_t id : ids) {
+    if (id >= lm.model->config().n_vocab) {
+      throw AppError("token id " + std::to_string(id) + " is outside the vocabulary of " +
+                     std::to_string(lm.model->config().n_vocab));
+    }
+  }
+  std::FILE* out = std::fopen(out_path.c_str(), "wb");
+  if (!out) throw AppError(out_path + ": cannot open for writing");
+  bool ok = true;
+  lm.model->prefill(ids.data(), int(ids.size()), 0, [&](int, const float* row, int n) {
+    ok = ok && std::fwrite(row, sizeof(float), size_t(n), out) == size_t(n);
+  });
+  ok = std::fclose(out) == 0 && ok;
+  if (!ok) throw AppError(out_path + ": write failed");
+  std::fprintf(stderr, "wrote %zu x %d float32 logits to %s\n", ids.size(), lm.model->config().n_vocab, out_path.c_str());
+  return 0;
+}
+
+int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const std::string& preset, uint64_t seed,
+              bool seed_given, bool quiet) {
+  SynthConfig c = preset == "tiny" ? tiny_test_model() : preset == "tiny-llama" ? tiny_llama_test_model() : qwen25_05b_q4km();
+  if (seed_given) c.seed = seed;
+  c.tokenizer_dir = tokenizer_dir;
+  Progress progress("writing " + out, quiet);
+  write_synth_model(c, out, [&](size_t d, size_t t) { progress.update(d, t); });
+  if (!quiet) std::fprintf(stderr, "wrote %s\n", out.c_str());
+  return 0;
+}
+
+int main_body(int argc, char** argv) {
+  CLI::App app{"tiny-llm: a small, fast LLM inference engine (Qwen2 and Llama GGUF models on CPU or CUDA)", "tiny_llm"};
+  app.require_subcommand(1);
+
+  RunOptions gen;
+  std::string prompt;
+  bool chat = false;
+  CLI::App* g = app.add_subcommand("generate", "generate text from a prompt");
+  add_model_options(g, gen);
+  add_sampling_options(g, gen);
+  g->add_option("-p,--prompt", prompt, "the prompt")->required();
+  g->add_flag("--chat", chat, "wrap the prompt in the model's chat template as a user message");
+
+  RunOptions ch;
+  CLI::App* c = app.add_subcommand("chat", "interactive multi-turn chat (reads lines from the terminal or a pipe)");
+  add_model_options(c, ch);
+  add_sampling_options(c, ch);
+
+  std::string inspect_path;
+  bool inspect_json = false;
+  CLI::App* in = app.add_subcommand("inspect", "print a GGUF file's metadata and tensor table");
+  in->add_option("-m,--model,model", inspect_path, "GGUF file")->required();
+  in->add_flag("--json", inspect_json, "machine-readable output");
+
+  std::string tok_path, tok_text, tok_file;
+  bool no_special = false;
+  CLI::App* tk = app.add_subcommand("tokenize", "print the token ids of a text, space-separated on one line");
+  tk->add_option("-m,--model", tok_path, "GGUF file with a tokenizer")->required();
+  tk->add_option("text", tok_text, "text to tokenize");
+  tk->add_option("--file", tok_file, "read the text from a file")->check(CLI::ExistingFile);
+  tk->add_flag("--no-special", no_special, "treat special-token text as plain text");
+
+  RunOptions lg;
+  std::string lg_tokens, lg_tokens_file, lg_prompt, lg_out;
+  CLI::App* l = app.add_subcommand("logits", "write the logits of every position as raw float32 [n_tokens x n_vocab]");
+  add_model_options(l, lg);
+  l->add_option("--tokens", lg_tokens, "token ids, space-separated");
+  l->add_option("--tokens-file", lg_tokens_file, "file of space-separated token ids")->check(CLI::ExistingFile);
+  l->add_option("-p,--prompt", lg_prompt, "text to tokenize instead of ids");
+  l->add_option("-o,--output", lg_out, "output file")->required();
+
+  std::string synth_out, synth_tok, synth_preset = "qwen2.5-0.5b";
+  uint64_t synth_seed = 0;
+  bool synth_quiet = false;
+  CLI::App* s = app.add_subcommand("synth", "write a synthetic GGUF model with random weights");
+  s->add_option("-o,--output", synth_out, "output GGUF file")->required();
+  s->add_option("--tokenizer-dir", synth_tok, "folder with a Hugging Face vocab.json + merges.txt to embed")
+      ->check(CLI::ExistingDirectory);
+  s->add_option("--preset", synth_preset, "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), tiny, tiny-llama")
+      ->check(CLI::IsMember({"qwen2.5-0.5b", "tiny", "tiny-llama"}));
+  CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights");
+  s->add_flag("-q,--quiet", synth_quiet, "no progress");
+
+  if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+  if (g->parsed()) return cmd_generate(gen, prompt, chat);
+  if (c->parsed()) return cmd_chat(ch);
+  if (in->parsed()) return cmd_inspect(inspect_path, inspect_json);
+  if (tk->parsed()) {
+    if (tok_file.empty() && tk->count("text") == 0) throw AppError("tokenize: give a TEXT or --file");
+    return cmd_tokenize(tok_path, tok_text, tok_file, no_special);
+  }
+  if (l->parsed()) return cmd_logits(lg, lg_tokens, lg_tokens_file, lg_prompt, lg_out);
+  if (s->parsed()) return cmd_synth(synth_out, synth_tok, synth_preset, synth_seed, seed_opt->count() > 0, synth_quiet);
+  return 1;
+}
+
+}  // namespace
+}  // namespace tllm
+
+int main(int argc, char** argv) { return tllm::run_main("tiny_llm", tllm::main_body, argc, argv); }

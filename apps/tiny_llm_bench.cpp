@@ -1,0 +1,204 @@
+// tiny_llm_bench: time one request end to end — prefill, time to first token, decode — on a
+// backend, with warm-up and repeated iterations, and report medians (docs/performance/
+// benchmark-methodology.md says exactly what each figure measures).
+#include <sys/resource.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "apps/common.h"
+#include "model/chat_template.h"
+#include "model/generator.h"
+
+namespace tllm {
+namespace {
+
+struct Stat {
+  double median = 0, min = 0, max = 0;
+};
+
+Stat stat_of(std::vector<double> v) {
+  Stat s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  s.median = n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  s.min = v.front();
+  s.max = v.back();
+  return s;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / double(v.size());
+}
+
+size_t host_peak_rss_bytes() {
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return size_t(ru.ru_maxrss) * 1024;
+}
+
+struct Options {
+  std::string model;
+  std::string backend = "auto";
+  std::string prompt = "你好";
+  int max_tokens = 128;
+  int warmup = 1;
+  int iters = 5;
+  int n_ctx = 4096;
+  int context = 0;       // fill the prompt up to this many tokens (decode at depth)
+  bool raw = false;      // no chat template
+  bool json = false;
+  bool no_graphs = false;
+  bool quiet = false;
+};
+
+int bench_main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"tiny_llm_bench: time prefill, TTFT and decode of one request (medians over --iters runs)",
+               "tiny_llm_bench"};
+  app.add_option("model", o.model, "GGUF model (default: the synthetic Qwen2.5-0.5B-Instruct Q4_K_M, made once)");
+  app.add_option("--backend", o.backend, "auto (cuda when a GPU is visible), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  app.add_option("-p,--prompt", o.prompt, "prompt text (wrapped in the chat template unless --raw)");
+  app.add_option("-n,--max-tokens", o.max_tokens, "tokens generated per iteration (always exactly this many)")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--warmup", o.warmup, "untimed iterations first")->check(CLI::Range(0, 1000));
+  app.add_option("--iters", o.iters, "timed iterations")->check(CLI::Range(1, 10000));
+  app.add_option("--ctx", o.n_ctx, "context size (KV cache rows)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--context", o.context, "repeat the prompt up to this many tokens, to time decode at depth")
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--raw", o.raw, "use the prompt as is, without the chat template");
+  app.add_flag("--json", o.json, "print the results as JSON on stdout");
+  app.add_flag("--no-graphs", o.no_graphs, "run decode steps without CUDA graphs");
+  app.add_flag("-q,--quiet", o.quiet, "no progress on stderr");
+  if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
+
+  if (o.model.empty()) o.model = default_bench_model(o.quiet);
+  ModelRequest req;
+  req.path = o.model;
+  req.backend = o.backend;
+  req.n_ctx = o.n_ctx;
+  req.graphs = !o.no_graphs;
+  req.quiet = o.quiet;
+  LoadedModel lm = load_model(req);
+  Model& model = *lm.model;
+  const Tokenizer& tok = *lm.tokenizer;
+
+  std::string text = o.prompt;
+  if (!o.raw) {
+    const ChatFormat fmt = detect_chat_format(*lm.file, "");
+    text = render_chat(fmt, {{"user", o.prompt}}, /*add_generation_prompt=*/true);
+  }
+  std::vector<int32_t> prompt = tok.encode(text, /*parse_special=*/!o.raw);
+  if (prompt.empty()) throw AppError("the prompt has no tokens");
+  if (o.context > int(prompt.size())) {
+    const std::vector<int32_t> unit = prompt;
+    while (int(prompt.size()) < o.context) prompt.push_back(unit[prompt.size() % unit.size()]);
+  }
+  if (int64_t(prompt.size()) + o.max_tokens > model.n_ctx()) {
+    throw AppError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens " + std::to_string(o.max_tokens) +
+                   " exceed the context of " + std::to_string(model.n_ctx()) + " tokens; raise --ctx");
+  }
+
+  SamplerParams greedy;
+  Session session(model, greedy, {});
+  GenerateOptions g;
+  g.max_tokens = o.max_tokens;
+  g.stop_at_end_token = false;  // a benchmark always generates exactly max_tokens
+
+  std::vector<double> ttft, tpot, prefill_tps, decode_tps, e2e;
+  std::vector<int32_t> first_tokens;
+  for (int it = 0; it < o.warmup + o.iters; ++it) {
+    session.reset();
+    const auto t0 = std::chrono::steady_clock::now();
+    GenerationResult r = session.generate(prompt, g);
+    const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (it < o.warmup) continue;
+    if (first_tokens.empty()) first_tokens = r.tokens;
+    const double step = mean(r.token_ms);
+    ttft.push_back(r.ttft_ms);
+    tpot.push_back(step);
+    prefill_tps.push_back(1000.0 * r.n_prompt / r.prefill_ms);
+    decode_tps.push_back(step > 0 ? 1000.0 / step : 0);
+    e2e.push_back(total);
+  }
+
+  const DeviceInfo dev = lm.backend->device_info();
+  const MemoryInfo mem = lm.backend->memory_info();
+  const Stat s_ttft = stat_of(ttft), s_tpot = stat_of(tpot), s_pf = stat_of(prefill_tps), s_dec = stat_of(decode_tps),
+             s_e2e = stat_of(e2e);
+  // Bytes one decode step must read: every weight matrix once, plus the KV cache at the mean depth.
+  const int mean_ctx = int(prompt.size()) + o.max_tokens / 2;
+  const size_t step_bytes = model.decode_weight_bytes() + model.decode_kv_bytes(mean_ctx);
+  const double step_gbs = s_tpot.median > 0 ? double(step_bytes) / (s_tpot.median * 1e-3) / 1e9 : 0;
+  const double bw_frac = dev.peak_bandwidth_gbs > 0 ? step_gbs / dev.peak_bandwidth_gbs : 0;
+  std::string tokens_text;
+  for (int32_t id : first_tokens) tokens_text += std::to_string(id) + " ";
+
+  if (o.json) {
+    nlohmann::json j;
+    j["commit"] = build_commit();
+    j["device"] = {{"name", dev.name}, {"driver", dev.driver}, {"runtime", dev.runtime},
+                   {"peak_bandwidth_gbs", dev.peak_bandwidth_gbs}, {"multiprocessors", dev.multiprocessors}};
+    j["backend"] = lm.backend->name();
+    j["graphs"] = !o.no_graphs && lm.backend->supports(Op::StepCapture);
+    j["model"] = o.model;
+    j["arch"] = model.config().arch;
+    j["prompt_tokens"] = prompt.size();
+    j["max_tokens"] = o.max_tokens;
+    j["warmup"] = o.warmup;
+    j["iters"] = o.iters;
+    auto put = [&](const char* k, const Stat& s) { j[k] = {{"median", s.median}, {"min", s.min}, {"max", s.max}}; };
+    put("ttft_ms", s_ttft);
+    put("tpot_ms", s_tpot);
+    put("decode_tok_s", s_dec);
+    put("prefill_tok_s", s_pf);
+    put("e2e_ms", s_e2e);
+    j["decode_step_bytes"] = step_bytes;
+    j["decode_gb_s"] = step_gbs;
+    j["decode_bandwidth_fraction"] = bw_frac;
+    j["memory"] = {{"engine_peak_bytes", mem.peak_bytes}, {"engine_allocated_bytes", mem.allocated_bytes},
+                   {"device_used_bytes", mem.device_used}, {"device_total_bytes", mem.device_total},
+                   {"host_peak_rss_bytes", host_peak_rss_bytes()}};
+    j["tokens"] = first_tokens;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+
+  std::printf("tiny_llm_bench  commit %s\n", build_commit());
+  std::printf("device   %s | driver %s | %s | %d SMs | nominal %.0f GB/s\n", dev.name.c_str(),
+              dev.driver.empty() ? "-" : dev.driver.c_str(), dev.runtime.c_str(), dev.multiprocessors,
+              dev.peak_bandwidth_gbs);
+  std::printf("backend  %s%s\n", lm.backend->name().c_str(),
+              lm.backend->supports(Op::StepCapture) ? (o.no_graphs ? " (graphs off)" : " (CUDA graphs)") : "");
+  std::printf("model    %s (%s, %d layers)\n", o.model.c_str(), model.config().arch.c_str(), model.config().n_layer);
+  std::printf("request  %zu prompt tokens, %d generated, %d warm-up + %d timed iterations\n\n", prompt.size(),
+              o.max_tokens, o.warmup, o.iters);
+  std::printf("%-22s %12s %12s %12s\n", "metric", "median", "min", "max");
+  auto row = [](const char* name, const Stat& s) {
+    std::printf("%-22s %12.3f %12.3f %12.3f\n", name, s.median, s.min, s.max);
+  };
+  row("TTFT (ms)", s_ttft);
+  row("TPOT (ms)", s_tpot);
+  row("decode (tok/s)", s_dec);
+  row("prefill (tok/s)", s_pf);
+  row("end to end (ms)", s_e2e);
+  std::printf("\ndecode step reads %.1f MB (weights %.1f MB + KV %.1f MB) -> %.0f GB/s", step_bytes / 1e6,
+              model.decode_weight_bytes() / 1e6, model.decode_kv_bytes(mean_ctx) / 1e6, step_gbs);
+  if (bw_frac > 0) std::printf(" = %.0f%% of nominal bandwidth", 100 * bw_frac);
+  std::printf("\nmemory: engine peak %.1f MiB", mem.peak_bytes / 1048576.0);
+  if (mem.device_total) std::printf(", device in use %.1f / %.1f MiB", mem.device_used / 1048576.0, mem.device_total / 1048576.0);
+  std::printf(", host peak RSS %.1f MiB\n", host_peak_rss_bytes() / 1048576.0);
+  std::printf("tokens: %s\n", tokens_text.c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace tllm
+
+int main(int argc, char** argv) { return tllm::run_main("tiny_llm_bench", tllm::bench_main, argc, argv); }

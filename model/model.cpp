@@ -1,0 +1,505 @@
+// Qwen2 / Llama: configuration, weight loading and the forward pass (see model.h for the layer).
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "model/quants.h"
+
+namespace tllm {
+namespace {
+
+[[noreturn]] void fail(const GgufFile& f, const std::string& what) {
+  throw ModelError(f.path() + ": " + what);
+}
+
+int positive_int(const GgufFile& f, const std::string& key, int64_t limit) {
+  if (!f.find(key)) fail(f, "missing metadata key '" + key + "'");
+  const int64_t v = f.get_int(key);
+  if (v <= 0 || v > limit) {
+    fail(f, "metadata '" + key + "' = " + std::to_string(v) + " is out of range (expected 1.." +
+                std::to_string(limit) + ")");
+  }
+  return int(v);
+}
+
+std::string dims_string(const std::vector<int64_t>& d) {
+  std::string s = "{";
+  for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+  return s + "}";
+}
+
+const TensorInfo& need_tensor(const GgufFile& f, const std::string& name, std::vector<int64_t> dims) {
+  const TensorInfo* t = f.find_tensor(name);
+  if (!t) fail(f, "missing tensor '" + name + "'");
+  if (t->dims != dims) {
+    fail(f, "tensor '" + name + "' has shape " + dims_string(t->dims) + ", expected " + dims_string(dims));
+  }
+  if (!can_dequantize(t->type)) {
+    fail(f, "tensor '" + name + "' has unsupported type " + std::string(ggml_type_name(t->type)));
+  }
+  return *t;
+}
+
+// `s` with control characters written as \xNN: text from the file stays on one line in messages.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (char ch : s) {
+    const unsigned char u = static_cast<unsigned char>(ch);
+    if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+// The tokenizer arrays must describe the embedding's rows: tokens (strings) and token_type
+// (integers) of length n_vocab, merges of the form "left right" (one space, both sides non-empty),
+// and special token ids inside the vocabulary (-1: none). A file without tokenizer.ggml.tokens has
+// no tokenizer to check (the model can still run on token ids).
+void check_vocabulary(const GgufFile& f, int n_vocab) {
+  if (!f.find("tokenizer.ggml.tokens")) return;
+  const size_t n_tokens = f.get_string_array("tokenizer.ggml.tokens").size();
+  if (n_tokens != size_t(n_vocab)) {
+    fail(f, "tokenizer.ggml.tokens has " + std::to_string(n_tokens) + " entries but token_embd.weight has " +
+                std::to_string(n_vocab) + " rows");
+  }
+  if (f.find("tokenizer.ggml.token_type")) {
+    const size_t n_types = f.get_int_array("tokenizer.ggml.token_type").size();
+    if (n_types != n_tokens) {
+      fail(f, "tokenizer.ggml.token_type has " + std::to_string(n_types) + " entries for " +
+                  std::to_string(n_tokens) + " tokens");
+    }
+  }
+  if (f.find("tokenizer.ggml.merges")) {
+    const std::vector<std::string>& merges = f.get_string_array("tokenizer.ggml.merges");
+    for (size_t i = 0; i < merges.size(); ++i) {
+      const std::string& m = merges[i];
+      const size_t sp = m.find(' ');
+      if (sp == std::string::npos || sp == 0 || sp + 1 == m.size() || m.find(' ', sp + 1) != std::string::npos) {
+        fail(f, "tokenizer.ggml.merges entry " + std::to_string(i) + " ('" + printable(m.substr(0, 64)) +
+                    "') is not two tokens separated by one space");
+      }
+    }
+  }
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
+                          "tokenizer.ggml.eom_token_id", "tokenizer.ggml.padding_token_id"}) {
+    if (!f.find(key)) continue;
+    const int64_t id = f.get_int(key);
+    if (id < -1 || id >= n_vocab) {
+      fail(f, std::string(key) + " = " + std::to_string(id) + " is outside the vocabulary (0.." +
+                  std::to_string(n_vocab - 1) + ")");
+    }
+  }
+}
+
+// Stacks W8 matrices with the same k row-wise: [a; b; ...].
+HostWeights stack_rows(const std::vector<HostWeights>& parts) {
+  HostWeights out;
+  out.type = WeightType::W8;
+  out.k = parts.at(0).k;
+  for (const HostWeights& p : parts) {
+    out.n += p.n;
+    out.q.insert(out.q.end(), p.q.begin(), p.q.end());
+    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
+  }
+  return out;
+}
+
+}  // namespace
+
+ModelConfig read_model_config(const GgufFile& f) {
+  ModelConfig c;
+  if (!f.find("general.architecture")) fail(f, "missing metadata key 'general.architecture'");
+  c.arch = f.get_string("general.architecture");
+  if (c.arch != "qwen2" && c.arch != "llama") {
+    fail(f, "unsupported architecture '" + printable(c.arch) + "' (supported: qwen2, llama)");
+  }
+  c.name = f.get_string("general.name", "");
+  const std::string a = c.arch + ".";
+  constexpr int64_t kMaxWidth = 1 << 16;
+  c.n_layer = positive_int(f, a + "block_count", 1024);
+  c.n_embd = positive_int(f, a + "embedding_length", kMaxWidth);
+  c.n_ff = positive_int(f, a + "feed_forward_length", 1 << 18);
+  c.n_head = positive_int(f, a + "attention.head_count", 1024);
+  c.n_head_kv = c.n_head;
+  if (f.find(a + "attention.head_count_kv")) c.n_head_kv = positive_int(f, a + "attention.head_count_kv", 1024);
+  if (c.n_head % c.n_head_kv != 0) {
+    fail(f, "attention.head_count_kv = " + std::to_string(c.n_head_kv) + " does not divide head_count = " +
+                std::to_string(c.n_head));
+  }
+  if (c.n_embd % c.n_head != 0) {
+    fail(f, "embedding_length = " + std::to_string(c.n_embd) + " is not a multiple of head_count = " +
+                std::to_string(c.n_head));
+  }
+  c.head_dim = c.n_embd / c.n_head;
+  if (c.head_dim % 2 != 0 || c.head_dim > 256) {
+    fail(f, "head dimension " + std::to_string(c.head_dim) + " is not supported (even, at most 256)");
+  }
+  if (f.find(a + "rope.dimension_count") && f.get_int(a + "rope.dimension_count") != c.head_dim) {
+    fail(f, "partial rotary embeddings (rope.dimension_count = " +
+                std::to_string(f.get_int(a + "rope.dimension_count")) + ", head dimension " +
+                std::to_string(c.head_dim) + ") are not supported");
+  }
+  c.n_ctx_train = positive_int(f, a + "context_length", 1 << 24);
+  c.rope_theta = float(f.get_float(a + "rope.freq_base", 10000.0));
+  c.rms_eps = float(f.get_float(a + "attention.layer_norm_rms_epsilon", 1e-5));
+  if (!(c.rope_theta > 1.0f) || !std::isfinite(c.rope_theta)) fail(f, "rope.freq_base must be > 1");
+  if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f) fail(f, "attention.layer_norm_rms_epsilon must be in (0, 1]");
+  // llama.cpp's converter permutes Llama's Q/K rows for adjacent-pair rotation; Qwen2 keeps halves.
+  c.rope_mode = c.arch == "qwen2" ? RopeMode::Neox : RopeMode::Normal;
+
+  const TensorInfo* embd = f.find_tensor("token_embd.weight");
+  if (!embd) fail(f, "missing tensor 'token_embd.weight'");
+  if (embd->dims.size() != 2 || embd->dims[0] != c.n_embd) {
+    fail(f, "tensor 'token_embd.weight' has shape " + dims_string(embd->dims) + ", expected {" +
+                std::to_string(c.n_embd) + ", n_vocab}");
+  }
+  if (embd->dims[1] > (int64_t(1) << 24)) fail(f, "vocabulary of " + std::to_string(embd->dims[1]) + " rows is too large");
+  c.n_vocab = int(embd->dims[1]);
+  check_vocabulary(f, c.n_vocab);
+  c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
+  return c;
+}
+
+struct Model::Layer {
+  std::unique_ptr<Matrix> wqkv;   // (qkv_dim, n_embd) W8: Q, K, V rows stacked
+  std::unique_ptr<Matrix> wo;     // (n_embd, n_embd) W8
+  std::unique_ptr<Matrix> wgu;    // (2·n_ff, n_embd) W8: gate rows, then up rows
+  std::unique_ptr<Matrix> wdown;  // (n_embd, n_ff) W8
+  Buffer attn_norm;               // (n_embd) f32
+  Buffer ffn_norm;                // (n_embd) f32
+  Buffer bqkv;                    // (qkv_dim) f32, empty without QKV bias
+  Buffer k_cache;                 // (n_head_kv, n_ctx, head_dim) f16
+  Buffer v_cache;                 // (n_head_kv, n_ctx, head_dim) f16
+};
+
+Model::Model(Backend& be, ModelConfig cfg) : be_(be), cfg_(std::move(cfg)) {}
+Model::~Model() = default;
+
+ModelFootprint Model::footprint(const ModelConfig& c, const LoadOptions& opt) {
+  ModelFootprint fp;
+  const size_t E = size_t(c.n_embd), F = size_t(c.n_ff), Q = size_t(c.qkv_dim()), V = size_t(c.n_vocab);
+  auto w8 = [](size_t n, size_t k) { return n * k + n * (k / kW8Group) * sizeof(half_t); };
+  const size_t per_layer = w8(Q, E) + w8(E, E) + w8(2 * F, E) + w8(E, F) + (2 * E + Q) * sizeof(float);
+  fp.weight_bytes = per_layer * size_t(c.n_layer) + V * E * sizeof(half_t) + E * sizeof(float);
+  if (!c.tied_embeddings) fp.weight_bytes += w8(V, E);
+  const int n_ctx = std::min(opt.n_ctx, c.n_ctx_train);
+  fp.kv_cache_bytes = size_t(c.n_layer) * 2 * size_t(c.n_head_kv) * size_t(n_ctx) * size_t(c.head_dim) * sizeof(half_t);
+  const size_t B = size_t(opt.max_batch);
+  fp.activation_bytes = B * E * 4 + B * Q * 4 + B * E * 2 + B * F * 2 + 2 * B * 4 + V * 4 + 16;
+  return fp;
+}
+
+std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOptions& opt) {
+  ModelConfig c = read_model_config(f);
+  if (opt.n_ctx <= 0) throw ModelError(f.path() + ": context size must be positive");
+  if (opt.max_batch <= 0) throw ModelError(f.path() + ": batch size must be positive");
+  std::unique_ptr<Model> m(new Model(be, c));
+  m->n_ctx_ = std::min(opt.n_ctx, c.n_ctx_train);
+  m->max_batch_ = std::min(opt.max_batch, m->n_ctx_);
+  LoadOptions eff = opt;
+  eff.n_ctx = m->n_ctx_;
+  eff.max_batch = m->max_batch_;
+  m->footprint_ = footprint(c, eff);
+
+  const int64_t E = c.n_embd, F = c.n_ff, KV = c.kv_dim();
+  // Check every tensor before converting any, so a bad file fails fast and allocates nothing.
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    need_tensor(f, p + "attn_norm.weight", {E});
+    need_tensor(f, p + "attn_q.weight", {E, E});
+    need_tensor(f, p + "attn_k.weight", {E, KV});
+    need_tensor(f, p + "attn_v.weight", {E, KV});
+    need_tensor(f, p + "attn_output.weight", {E, E});
+    need_tensor(f, p + "ffn_norm.weight", {E});
+    need_tensor(f, p + "ffn_gate.weight", {E, F});
+    need_tensor(f, p + "ffn_up.weight", {E, F});
+    need_tensor(f, p + "ffn_down.weight", {F, E});
+    if (c.qkv_bias) {
+      need_tensor(f, p + "attn_q.bias", {E});
+      need_tensor(f, p + "attn_k.bias", {KV});
+      need_tensor(f, p + "attn_v.bias", {KV});
+    }
+  }
+  need_tensor(f, "output_norm.weight", {E});
+  need_tensor(f, "token_embd.weight", {E, c.n_vocab});
+  if (!c.tied_embeddings) need_tensor(f, "output.weight", {E, c.n_vocab});
+  if (E % kW8Group != 0 || F % kW8Group != 0) {
+    throw ModelError(f.path() + ": widths " + std::to_string(E) + "/" + std::to_string(F) +
+                     " are not multiples of the W8 group size " + std::to_string(kW8Group));
+  }
+
+  const size_t total = size_t(c.n_layer) + 1;
+  auto upload_f32 = [&](const std::string& name) {
+    std::vector<float> v = dequantize_tensor(*f.find_tensor(name));
+    Buffer b = be.alloc(v.size() * sizeof(float));
+    be.upload(b.data(), v.data(), v.size() * sizeof(float));
+    return b;
+  };
+  for (int l = 0; l < c.n_layer; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    auto L = std::make_unique<Layer>();
+    auto w8 = [&](const std::string& n) { return requantize_w8(*f.find_tensor(p + n)); };
+    L->wqkv = be.upload_matrix(stack_rows({w8("attn_q.weight"), w8("attn_k.weight"), w8("attn_v.weight")}).view());
+    L->wo = be.upload_matrix(w8("attn_output.weight").view());
+    L->wgu = be.upload_matrix(stack_rows({w8("ffn_gate.weight"), w8("ffn_up.weight")}).view());
+    L->wdown = be.upload_matrix(w8("ffn_down.weight").view());
+    L->attn_norm = upload_f32(p + "attn_norm.weight");
+    L->ffn_norm = upload_f32(p + "ffn_norm.weight");
+    if (c.qkv_bias) {
+      std::vector<float> b;
+      for (const char* n : {"attn_q.bias", "attn_k.bias", "attn_v.bias"}) {
+        std::vector<float> part = dequantize_tensor(*f.find_tensor(p + n));
+        b.insert(b.end(), part.begin(), part.end());
+      }
+      L->bqkv = be.alloc(b.size() * sizeof(float));
+      be.upload(L->bqkv.data(), b.data(), b.size() * sizeof(float));
+    }
+    const size_t cache = size_t(c.n_head_kv) * size_t(m->n_ctx_) * size_t(c.head_dim) * sizeof(half_t);
+    L->k_cache = be.alloc(cache);
+    L->v_cache = be.alloc(cache);
+    m->layers_.push_back(std::move(L));
+    if (opt.progress) opt.progress(size_t(l) + 1, total);
+  }
+  const TensorInfo& embd = *f.find_tensor("token_embd.weight");
+  if (c.tied_embeddings) {
+    m->lm_head_ = be.upload_matrix(convert_f16(embd).view());
+  } else {
+    m->lm_head_ = be.upload_matrix(convert_f16(*f.find_tensor("output.weight")).view());
+    m->embd_ = be.upload_matrix(requantize_w8(embd).view());
+  }
+  m->output_norm_ = upload_f32("output_norm.weight");
+  if (opt.progress) opt.progress(total, total);
+
+  const size_t B = size_t(m->max_batch_);
+  m->x_ = be.alloc(B * size_t(E) * sizeof(float));
+  m->qkv_ = be.alloc(B * size_t(c.qkv_dim()) * sizeof(float));
+  m->attn_ = be.alloc(B * size_t(E) * sizeof(half_t));
+  m->ffn_ = be.alloc(B * size_t(F) * sizeof(half_t));
+  m->tokens_ = be.alloc(B * sizeof(int32_t));
+  m->pos_ = be.alloc(B * sizeof(int32_t));
+  m->logits_ = be.alloc(size_t(c.n_vocab) * sizeof(float));
+  m->step_ = be.alloc(4 * sizeof(int32_t));
+  be.synchronize();
+  return m;
+}
+
+void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode) {
+  const ModelConfig& c = cfg_;
+  float* x = x_.as<float>();
+  float* qkv = qkv_.as<float>();
+  half_t* attn = attn_.as<half_t>();
+  half_t* ffn = ffn_.as<half_t>();
+  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  auto mm = [&](const MatmulDesc& d) { decode ? be_.matmul_m1(d) : be_.matmul(d); };
+
+  for (int l = 0; l < c.n_layer; ++l) {
+    Layer& L = *layers_[size_t(l)];
+    ScopedRange range(be_, "layer");
+
+    MatmulDesc q;
+    q.w = L.wqkv.get();
+    q.norm_x = x;
+    q.norm_weight = L.attn_norm.as<float>();
+    q.norm_eps = c.rms_eps;
+    q.bias = L.bqkv ? L.bqkv.as<float>() : nullptr;
+    q.y = qkv;
+    q.m = m;
+    mm(q);
+
+    QkvRopeAppendDesc r;
+    r.qkv = qkv;
+    r.pos = pos;
+    r.k_cache = L.k_cache.as<half_t>();
+    r.v_cache = L.v_cache.as<half_t>();
+    r.m = m;
+    r.n_head = c.n_head;
+    r.n_head_kv = c.n_head_kv;
+    r.head_dim = c.head_dim;
+    r.n_ctx = n_ctx_;
+    r.theta = c.rope_theta;
+    r.mode = c.rope_mode;
+    be_.qkv_rope_append(r);
+
+    if (decode) {
+      AttentionDecodeDesc a;
+      a.q = qkv;
+      a.k_cache = L.k_cache.as<half_t>();
+      a.v_cache = L.v_cache.as<half_t>();
+      a.out = attn;
+      a.n_kv = n_kv;
+      a.n_head = c.n_head;
+      a.n_head_kv = c.n_head_kv;
+      a.head_dim = c.head_dim;
+      a.n_ctx = n_ctx_;
+      a.scale = scale;
+      be_.attention_decode(a);
+    } else {
+      AttentionPrefillDesc a;
+      a.q = qkv;
+      a.q_row_stride = c.qkv_dim();
+      a.k_cache = L.k_cache.as<half_t>();
+      a.v_cache = L.v_cache.as<half_t>();
+      a.out = attn;
+      a.m = m;
+      a.pos0 = pos0;
+      a.n_head = c.n_head;
+      a.n_head_kv = c.n_head_kv;
+      a.head_dim = c.head_dim;
+      a.n_ctx = n_ctx_;
+      a.scale = scale;
+      be_.attention_prefill(a);
+    }
+
+    MatmulDesc o;
+    o.w = L.wo.get();
+    o.x = attn;
+    o.y = x;
+    o.m = m;
+    o.accumulate = true;
+    mm(o);
+
+    MatmulDesc gu;
+    gu.w = L.wgu.get();
+    gu.norm_x = x;
+    gu.norm_weight = L.ffn_norm.as<float>();
+    gu.norm_eps = c.rms_eps;
+    gu.epilogue = MatmulEpilogue::SwiGLU;
+    gu.out16 = ffn;
+    gu.m = m;
+    mm(gu);
+
+    MatmulDesc dn;
+    dn.w = L.wdown.get();
+    dn.x = ffn;
+    dn.y = x;
+    dn.m = m;
+    dn.accumulate = true;
+    mm(dn);
+  }
+}
+
+void Model::prefill(const int32_t* tokens, int n, int pos0,
+                    const std::function<void(int, const float*, int)>& all_logits) {
+  if (n <= 0) throw ModelError("prefill: no tokens");
+  if (pos0 < 0 || int64_t(pos0) + n > n_ctx_) {
+    throw ModelError("prompt of " + std::to_string(n) + " tokens at position " + std::to_string(pos0) +
+                     " does not fit the context of " + std::to_string(n_ctx_) + " tokens");
+  }
+  for (int i = 0; i < n; ++i) {
+    if (tokens[i] < 0 || tokens[i] >= cfg_.n_vocab) {
+      throw ModelError("token id " + std::to_string(tokens[i]) + " is outside the vocabulary (0.." +
+                       std::to_string(cfg_.n_vocab - 1) + ")");
+    }
+  }
+  ScopedRange range(be_, "prefill");
+  std::vector<int32_t> pos(static_cast<size_t>(max_batch_));
+  std::vector<float> row_logits(all_logits ? size_t(cfg_.n_vocab) : 0);
+  for (int start = 0; start < n; start += max_batch_) {
+    const int m = std::min(max_batch_, n - start);
+    for (int i = 0; i < m; ++i) pos[size_t(i)] = pos0 + start + i;
+    be_.upload(tokens_.data(), tokens + start, size_t(m) * sizeof(int32_t));
+    be_.upload(pos_.data(), pos.data(), size_t(m) * sizeof(int32_t));
+
+    EmbeddingDesc e;
+    e.table = embd_ ? embd_.get() : lm_head_.get();
+    e.ids = tokens_.as<int32_t>();
+    e.out = x_.as<float>();
+    e.m = m;
+    be_.embedding(e);
+    run_layers(m, pos_.as<int32_t>(), nullptr, pos0 + start, /*decode=*/false);
+
+    const bool last_chunk = start + m == n;
+    for (int i = all_logits ? 0 : m - 1; i < m; ++i) {
+      if (!all_logits && !last_chunk) break;
+      MatmulDesc h;
+      h.w = lm_head_.get();
+      h.norm_x = x_.as<float>() + size_t(i) * size_t(cfg_.n_embd);
+      h.norm_weight = output_norm_.as<float>();
+      h.norm_eps = cfg_.rms_eps;
+      h.y = logits_.as<float>();
+      be_.matmul_m1(h);
+      if (all_logits) {
+        be_.download(row_logits.data(), logits_.data(), row_logits.size() * sizeof(float));
+        all_logits(start + i, row_logits.data(), cfg_.n_vocab);
+      }
+    }
+  }
+}
+
+void Model::decode(int32_t token, int pos) {
+  if (token < 0 || token >= cfg_.n_vocab) {
+    throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary");
+  }
+  if (pos < 0 || pos >= n_ctx_) {
+    throw ModelError("position " + std::to_string(pos) + " is outside the context of " + std::to_string(n_ctx_) +
+                     " tokens");
+  }
+  ScopedRange range(be_, "decode");
+  const int32_t step[3] = {token, pos, pos + 1};
+  be_.upload(step_.data(), step, sizeof(step));
+  int32_t* s = step_.as<int32_t>();
+  be_.run_step(/*key=*/0, [&] {
+    EmbeddingDesc e;
+    e.table = embd_ ? embd_.get() : lm_head_.get();
+    e.ids = s;
+    e.out = x_.as<float>();
+    be_.embedding(e);
+    run_layers(1, s + 1, s + 2, 0, /*decode=*/true);
+    MatmulDesc h;
+    h.w = lm_head_.get();
+    h.norm_x = x_.as<float>();
+    h.norm_weight = output_norm_.as<float>();
+    h.norm_eps = cfg_.rms_eps;
+    h.y = logits_.as<float>();
+    be_.matmul_m1(h);
+  });
+}
+
+void Model::download_logits(float* dst) {
+  be_.download(dst, logits_.data(), size_t(cfg_.n_vocab) * sizeof(float));
+}
+
+int32_t Model::argmax() {
+  ArgmaxDesc d;
+  d.x = logits_.as<float>();
+  d.out = step_.as<int32_t>() + 3;
+  d.n = cfg_.n_vocab;
+  be_.argmax(d);
+  int32_t id = -1;
+  be_.download(&id, d.out, sizeof(id));
+  return id;
+}
+
+size_t Model::decode_weight_bytes() const {
+  size_t b = lm_head_->stream_bytes();
+  for (const auto& L : layers_) {
+    b += L->wqkv->stream_bytes() + L->wo->stream_bytes() + L->wgu->stream_bytes() + L->wdown->stream_bytes();
+  }
+  return b;
+}
+
+size_t Model::decode_kv_bytes(int n_kv) const {
+  return size_t(cfg_.n_layer) * 2 * size_t(cfg_.n_head_kv) * size_t(n_kv) * size_t(cfg_.head_dim) * sizeof(half_t);
+}
+
+std::vector<Model::GemmShape> Model::decode_gemms() const {
+  const ModelConfig& c = cfg_;
+  return {
+      {"qkv_proj", c.qkv_dim(), c.n_embd, WeightType::W8},
+      {"attn_out_proj", c.n_embd, c.n_embd, WeightType::W8},
+      {"ffn_gate_up", int64_t(2) * c.n_ff, c.n_embd, WeightType::W8},
+      {"ffn_down", c.n_embd, c.n_ff, WeightType::W8},
+      {"lm_head", c.n_vocab, c.n_embd, WeightType::F16},
+  };
+}
+
+}  // namespace tllm

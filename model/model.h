@@ -1,0 +1,140 @@
+// Qwen2 and Llama decoder-only transformers running on a Backend.
+//
+// Model::load reads the hyper-parameters from GGUF metadata, checks every tensor the architecture
+// needs (name, shape, type), requantises the layer matrices to W8A16 and keeps the output matrix as
+// FP16 (`lm_head`, shared with the token embedding when the model ties them), and allocates the KV
+// cache and every activation buffer once. After that, prefill and decode allocate nothing.
+//
+// One layer, as the backend sees it (m rows; decode is m = 1):
+//   qkv   = [rmsnorm(x)] · W_qkvᵀ + b_qkv        matmul with rmsnorm prologue, Q/K/V stacked
+//   rope(q, k); cache ← k, v                     qkv_rope_append
+//   attn  = softmax(q kᵀ · scale) v              attention_prefill / attention_decode (GQA)
+//   x    += attn · W_oᵀ                          matmul, accumulate
+//   ffn   = silu([rmsnorm(x)]·W_gateᵀ) * (·W_upᵀ) matmul with rmsnorm prologue + SwiGLU epilogue
+//   x    += ffn · W_downᵀ                        matmul, accumulate
+// and at the end logits = [rmsnorm(x)] · lm_headᵀ.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/gguf.h"
+
+namespace tllm {
+
+class ModelError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ModelConfig {
+  std::string arch;        // "qwen2" or "llama"
+  std::string name;        // general.name, if any
+  int n_layer = 0;
+  int n_embd = 0;
+  int n_ff = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int head_dim = 0;        // n_embd / n_head
+  int n_vocab = 0;
+  int n_ctx_train = 0;     // context length the model was trained for
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-6f;
+  RopeMode rope_mode = RopeMode::Normal;
+  bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
+  bool qkv_bias = false;
+  int qkv_dim() const { return (n_head + 2 * n_head_kv) * head_dim; }
+  int kv_dim() const { return n_head_kv * head_dim; }
+};
+
+// Reads and checks the hyper-parameters. Throws ModelError("<file>: <problem>").
+ModelConfig read_model_config(const GgufFile& f);
+
+struct LoadOptions {
+  int n_ctx = 4096;        // KV cache rows; capped at the model's training context
+  int max_batch = 512;     // prompt rows processed per prefill chunk
+  // Called as tensors are converted: (done, total) in tensors.
+  std::function<void(size_t done, size_t total)> progress;
+};
+
+// Bytes a model will hold on the backend, computed before anything is allocated.
+struct ModelFootprint {
+  size_t weight_bytes = 0;       // layer matrices (W8) + lm_head/embedding + norms and biases
+  size_t kv_cache_bytes = 0;     // K and V, all layers, n_ctx rows, fp16
+  size_t activation_bytes = 0;   // prefill chunk buffers, logits, step scalars
+  size_t total() const { return weight_bytes + kv_cache_bytes + activation_bytes; }
+};
+
+class Model {
+ public:
+  // Loads `f` onto `backend`. Throws ModelError (bad model) or BackendError (does not fit).
+  static std::unique_ptr<Model> load(const GgufFile& f, Backend& backend, const LoadOptions& opt);
+  // What load() would allocate, for checking against the device's free memory first.
+  static ModelFootprint footprint(const ModelConfig& c, const LoadOptions& opt);
+  ~Model();
+
+  const ModelConfig& config() const { return cfg_; }
+  Backend& backend() { return be_; }
+  int n_ctx() const { return n_ctx_; }
+  int max_batch() const { return max_batch_; }
+  const ModelFootprint& footprint() const { return footprint_; }
+
+  // Runs tokens [0, n) at positions pos0 .. pos0+n-1 (the cache must already hold 0 .. pos0-1),
+  // in chunks of max_batch rows. Leaves the logits of the last token in logits(). When
+  // `all_logits` is given it is called with (row index, logits of that row, n_vocab) for every row.
+  void prefill(const int32_t* tokens, int n, int pos0,
+               const std::function<void(int, const float*, int)>& all_logits = {});
+  // Runs one token at position pos (cache holds 0 .. pos-1). A backend with step capture records
+  // this once and replays it.
+  void decode(int32_t token, int pos);
+
+  // Logits of the last token run, fp32 (n_vocab), in backend memory.
+  const float* logits() const { return logits_.as<float>(); }
+  void download_logits(float* dst);   // (n_vocab)
+  // argmax of logits() computed on the backend (first index on ties): greedy without a download.
+  int32_t argmax();
+
+  // Per decode step: bytes of weights streamed (every matrix once + lm_head) and the KV bytes read
+  // at context length n_kv.
+  size_t decode_weight_bytes() const;
+  size_t decode_kv_bytes(int n_kv) const;
+  // Kernels' view of the decode GEMMs: name, n, k, weight type (for the profiler's GEMM table).
+  struct GemmShape {
+    std::string name;
+    int64_t n, k;
+    WeightType type;
+  };
+  std::vector<GemmShape> decode_gemms() const;
+
+ private:
+  struct Layer;
+  Model(Backend& be, ModelConfig cfg);
+  void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode);
+
+  Backend& be_;
+  ModelConfig cfg_;
+  int n_ctx_ = 0;
+  int max_batch_ = 0;
+  ModelFootprint footprint_;
+
+  std::vector<std::unique_ptr<Layer>> layers_;
+  std::unique_ptr<Matrix> lm_head_;     // (n_vocab, n_embd) F16
+  std::unique_ptr<Matrix> embd_;        // (n_vocab, n_embd) W8; null when tied (lm_head used)
+  Buffer output_norm_;                  // (n_embd) f32
+
+  // Activations, sized for max_batch rows at load time.
+  Buffer x_;          // (max_batch, n_embd) f32 residual stream
+  Buffer qkv_;        // (max_batch, qkv_dim) f32
+  Buffer attn_;       // (max_batch, n_embd) f16 attention output
+  Buffer ffn_;        // (max_batch, n_ff) f16 SwiGLU output
+  Buffer tokens_;     // (max_batch) i32
+  Buffer pos_;        // (max_batch) i32
+  Buffer logits_;     // (n_vocab) f32
+  Buffer step_;       // i32 [token, pos, n_kv, argmax]: the per-token scalars of a decode step
+};
+
+}  // namespace tllm
