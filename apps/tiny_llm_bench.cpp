@@ -6,9 +6,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 
 #include "apps/common.h"
+#include "apps/profiler.h"
 #include "model/chat_template.h"
 #include "model/generator.h"
 
@@ -55,6 +57,8 @@ struct Options {
   bool json = false;
   bool no_graphs = false;
   bool quiet = false;
+  bool profile = false;
+  std::string trace_out = "reports/profile-trace.json";
 };
 
 int bench_main(int argc, char** argv) {
@@ -76,8 +80,13 @@ int bench_main(int argc, char** argv) {
   app.add_flag("--json", o.json, "print the results as JSON on stdout");
   app.add_flag("--no-graphs", o.no_graphs, "run decode steps without CUDA graphs");
   app.add_flag("-q,--quiet", o.quiet, "no progress on stderr");
+  app.add_flag("--profile", o.profile,
+               "after the timed runs, trace one request kernel by kernel (CUPTI on CUDA) and print the "
+               "profiler's tables and diagnosis");
+  app.add_option("--trace-out", o.trace_out, "Chrome-trace / Perfetto JSON timeline written by --profile");
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
+  if (o.profile && o.json) throw AppError("--profile prints tables; run it without --json");
   if (o.model.empty()) o.model = default_bench_model(o.quiet);
   ModelRequest req;
   req.path = o.model;
@@ -195,6 +204,14 @@ int bench_main(int argc, char** argv) {
   if (mem.device_total) std::printf(", device in use %.1f / %.1f MiB", mem.device_used / 1048576.0, mem.device_total / 1048576.0);
   std::printf(", host peak RSS %.1f MiB\n", host_peak_rss_bytes() / 1048576.0);
   std::printf("tokens: %s\n", tokens_text.c_str());
+  if (o.profile) {
+    const std::filesystem::path trace(o.trace_out);
+    if (trace.has_parent_path()) std::filesystem::create_directories(trace.parent_path());
+    ProfileOptions po;
+    po.decode_steps = o.max_tokens;
+    po.trace_path = o.trace_out;
+    if (!run_profile(model, prompt, po)) throw AppError("backend " + lm.backend->name() + " cannot trace its kernels");
+  }
   return 0;
 }
 

@@ -5,6 +5,7 @@
 namespace tllm::cpu {
 
 void CpuBackend::argmax(const ArgmaxDesc& d) {
+  TraceScope t(trace_, "argmax");
   TLLM_CPU_CHECK(d.n >= 1 && d.x && d.out);
   int64_t best = 0;
   for (int64_t i = 1; i < d.n; ++i) {

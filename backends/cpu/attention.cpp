@@ -76,6 +76,7 @@ void check_heads(int n_head, int n_head_kv, int head_dim, int n_ctx) {
 }  // namespace
 
 void CpuBackend::attention_prefill(const AttentionPrefillDesc& d) {
+  TraceScope t(trace_, "attention_prefill");
   check_heads(d.n_head, d.n_head_kv, d.head_dim, d.n_ctx);
   TLLM_CPU_CHECK(d.m >= 1 && d.pos0 >= 0 && d.pos0 + d.m <= d.n_ctx);
   TLLM_CPU_CHECK(d.q && d.k_cache && d.v_cache && d.out);
@@ -99,6 +100,7 @@ void CpuBackend::attention_prefill(const AttentionPrefillDesc& d) {
 }
 
 void CpuBackend::attention_decode(const AttentionDecodeDesc& d) {
+  TraceScope t(trace_, "attention_decode");
   check_heads(d.n_head, d.n_head_kv, d.head_dim, d.n_ctx);
   TLLM_CPU_CHECK(d.q && d.k_cache && d.v_cache && d.out && d.n_kv);
   const int n_kv = *d.n_kv;

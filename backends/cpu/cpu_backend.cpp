@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <thread>
@@ -174,3 +175,32 @@ DeviceInfo CpuBackend::device_info() const {
 std::unique_ptr<Backend> create_cpu_backend() { return std::make_unique<cpu::CpuBackend>(); }
 
 }  // namespace tllm
+
+namespace tllm::cpu {
+
+void OpTrace::begin() {
+  records_.clear();
+  records_.reserve(1 << 16);
+  on_ = true;
+}
+
+std::vector<TraceRecord> OpTrace::end() {
+  on_ = false;
+  return std::move(records_);
+}
+
+void OpTrace::add(const char* name, uint64_t start_ns, uint64_t end_ns) {
+  TraceRecord r;
+  r.name = name;
+  r.start_ns = start_ns;
+  r.end_ns = end_ns;
+  records_.push_back(std::move(r));
+}
+
+uint64_t OpTrace::now_ns() {
+  return uint64_t(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                      std::chrono::steady_clock::now().time_since_epoch())
+                      .count());
+}
+
+}  // namespace tllm::cpu

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backends/cpu/parallel.h"
@@ -90,6 +91,37 @@ class CpuMatrix : public Matrix {
   std::shared_ptr<MemoryCounter> counter_;
 };
 
+// While tracing is on, each op records its name and host start/end time: the CPU's counterpart of
+// the CUDA backend's CUPTI trace, so the built-in profiler reads the same records on both backends.
+class OpTrace {
+ public:
+  void begin();
+  std::vector<TraceRecord> end();
+  bool on() const { return on_; }
+  void add(const char* name, uint64_t start_ns, uint64_t end_ns);
+  static uint64_t now_ns();
+
+ private:
+  bool on_ = false;
+  std::vector<TraceRecord> records_;
+};
+
+// Times one op into an OpTrace (no-op when tracing is off).
+class TraceScope {
+ public:
+  TraceScope(OpTrace& t, const char* name) : t_(t), name_(name), start_(t.on() ? OpTrace::now_ns() : 0) {}
+  ~TraceScope() {
+    if (t_.on()) t_.add(name_, start_, OpTrace::now_ns());
+  }
+  TraceScope(const TraceScope&) = delete;
+  TraceScope& operator=(const TraceScope&) = delete;
+
+ private:
+  OpTrace& t_;
+  const char* name_;
+  uint64_t start_;
+};
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend();
@@ -117,12 +149,20 @@ class CpuBackend final : public Backend {
   void silu_mul(const SiluMulDesc& d) override;
   void embedding(const EmbeddingDesc& d) override;
   void argmax(const ArgmaxDesc& d) override;
+  bool trace_begin() override {
+    trace_.begin();
+    return true;
+  }
+  std::vector<TraceRecord> trace_end() override { return trace_.end(); }
 
  protected:
   void free_raw(void* ptr, size_t bytes) override;
 
  private:
+  void matmul_impl(const MatmulDesc& d);
+
   ParallelRuntime runtime_;
+  OpTrace trace_;
   std::shared_ptr<MemoryCounter> counter_ = std::make_shared<MemoryCounter>();
   // Matmul workspaces, grown to the largest shape seen (see Scratch).
   Scratch<float> x32_;   // (m, k): the fp16 activations as fp32, what OpenBLAS reads

@@ -19,6 +19,7 @@ void silu_mul_row(const float* gate, const float* up, half_t* out, int64_t n) {
 }
 
 void CpuBackend::add(const AddDesc& d) {
+  TraceScope t(trace_, "add");
   TLLM_CPU_CHECK(d.n >= 0 && (d.n == 0 || (d.y && d.x)));
   parallel_for((d.n + kChunk - 1) / kChunk, kChunk, [&](int64_t c) {
     const int64_t end = std::min(d.n, (c + 1) * kChunk);
@@ -27,6 +28,7 @@ void CpuBackend::add(const AddDesc& d) {
 }
 
 void CpuBackend::silu_mul(const SiluMulDesc& d) {
+  TraceScope t(trace_, "silu_mul");
   TLLM_CPU_CHECK(d.n >= 0 && (d.n == 0 || (d.gate && d.up && d.out)));
   parallel_for((d.n + kChunk - 1) / kChunk, 16 * kChunk, [&](int64_t c) {  // exp ~ 16 ops
     const int64_t begin = c * kChunk;

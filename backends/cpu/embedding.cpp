@@ -5,6 +5,7 @@
 namespace tllm::cpu {
 
 void CpuBackend::embedding(const EmbeddingDesc& d) {
+  TraceScope t(trace_, "embedding");
   const CpuMatrix& table = cpu_matrix(d.table);
   TLLM_CPU_CHECK(d.m >= 0 && (d.m == 0 || (d.ids && d.out)));
   const int64_t n_embd = table.k();

@@ -20,6 +20,7 @@ void kv_append_rows(const float* k, const float* v, int64_t row_stride, half_t* 
 }
 
 void CpuBackend::kv_append(const KvAppendDesc& d) {
+  TraceScope t(trace_, "kv_append");
   TLLM_CPU_CHECK(d.m >= 1 && d.n_head_kv >= 1 && d.head_dim >= 1 && d.n_ctx >= 1);
   TLLM_CPU_CHECK(d.k && d.v && d.k_cache && d.v_cache && d.pos);
   kv_append_rows(d.k, d.v, int64_t(d.n_head_kv) * d.head_dim, d.k_cache, d.v_cache, d.pos, d.m,

@@ -11,10 +11,16 @@ namespace tllm::cpu {
 
 void CpuBackend::matmul_m1(const MatmulDesc& d) {
   TLLM_CPU_CHECK(d.m == 1);
-  matmul(d);
+  TraceScope t(trace_, d.w && d.w->type() == WeightType::F16 ? "fp16_matmul_m1" : "w8a16_matmul_m1");
+  matmul_impl(d);
 }
 
 void CpuBackend::matmul(const MatmulDesc& d) {
+  TraceScope t(trace_, "matmul_prefill");
+  matmul_impl(d);
+}
+
+void CpuBackend::matmul_impl(const MatmulDesc& d) {
   const CpuMatrix& w = cpu_matrix(d.w);
   const int64_t m = d.m, n = w.n(), k = w.k();
   const bool swiglu = d.epilogue == MatmulEpilogue::SwiGLU;

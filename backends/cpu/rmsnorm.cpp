@@ -18,6 +18,7 @@ void rmsnorm_rows(const float* x, const float* weight, half_t* out, int64_t m, i
 }
 
 void CpuBackend::rmsnorm(const RmsNormDesc& d) {
+  TraceScope t(trace_, "rmsnorm");
   TLLM_CPU_CHECK(d.m >= 1 && d.n >= 1 && d.x && d.weight && d.out);
   rmsnorm_rows(d.x, d.weight, d.out, d.m, d.n, d.eps);
 }

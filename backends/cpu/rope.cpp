@@ -36,11 +36,13 @@ void rope_rows(float* x, int64_t row_stride, const int32_t* pos, int64_t m, int 
 }
 
 void CpuBackend::rope(const RopeDesc& d) {
+  TraceScope t(trace_, "rope");
   TLLM_CPU_CHECK(d.m >= 1 && d.n_heads >= 1 && d.x && d.pos);
   rope_rows(d.x, int64_t(d.n_heads) * d.head_dim, d.pos, d.m, d.n_heads, d.head_dim, d.theta, d.mode);
 }
 
 void CpuBackend::qkv_rope_append(const QkvRopeAppendDesc& d) {
+  TraceScope t(trace_, "rope_qkv_append");
   TLLM_CPU_CHECK(d.m >= 1 && d.n_head >= 1 && d.n_head_kv >= 1 && d.n_ctx >= 1);
   TLLM_CPU_CHECK(d.qkv && d.pos && d.k_cache && d.v_cache);
   // Row layout: n_head q heads, n_head_kv k heads, n_head_kv v heads. The q and k heads are

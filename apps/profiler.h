@@ -1,0 +1,42 @@
+// The built-in profiler behind `tiny_llm_bench --profile`: kernel-level timing from the backend's
+// activity trace (CUPTI on CUDA — no hardware counters, so it works where ncu and nsys reports do
+// not; host-timed ops on the CPU), turned into the tables of docs/performance/profiling.md:
+//   - kernel summary and the same rolled up by category;
+//   - kernels per decode step with and without step capture, and the gaps between kernels;
+//   - the GEMM table of a decode step (M, N, K, kernel, grid, block);
+//   - a diagnosis per category and for the step: launch-bound, bandwidth-bound or neither;
+// and a Chrome-trace / Perfetto JSON timeline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model.h"
+
+namespace tllm {
+
+struct ProfileOptions {
+  int decode_steps = 64;       // decode steps traced after the prefill
+  std::string trace_path;      // Chrome-trace JSON output ("" = none)
+};
+
+// Runs the prompt and `decode_steps` greedy decode steps twice (with step capture, then without),
+// tracing both, and prints the report on stdout. Returns false when the backend cannot trace.
+bool run_profile(Model& model, const std::vector<int32_t>& prompt, const ProfileOptions& opt);
+
+// Category of a kernel or copy by name: matmul, attention, rmsnorm, rope, elementwise or memcpy.
+std::string kernel_category(const TraceRecord& r);
+
+// Device busy time (the union of the records' intervals) and the span from first start to last end.
+struct Occupancy {
+  double busy_us = 0;
+  double span_us = 0;
+  double gap_us() const { return span_us - busy_us; }
+};
+Occupancy occupancy(const std::vector<TraceRecord>& records);
+
+// Writes records as a Chrome-trace ("traceEvents") JSON file that chrome://tracing and Perfetto open.
+void write_chrome_trace(const std::string& path, const std::vector<std::pair<std::string, std::vector<TraceRecord>>>& phases);
+
+}  // namespace tllm
