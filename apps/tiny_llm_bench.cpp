@@ -168,6 +168,7 @@ int bench_main(int argc, char** argv) {
     put("decode_tok_s", s_dec);
     put("prefill_tok_s", s_pf);
     put("e2e_ms", s_e2e);
+    j["kernels_per_decode_step"] = lm.backend->kernels_per_step();
     j["decode_step_bytes"] = step_bytes;
     j["decode_gb_s"] = step_gbs;
     j["decode_bandwidth_fraction"] = bw_frac;
@@ -200,6 +201,10 @@ int bench_main(int argc, char** argv) {
   std::printf("\ndecode step reads %.1f MB (weights %.1f MB + KV %.1f MB) -> %.0f GB/s", step_bytes / 1e6,
               model.decode_weight_bytes() / 1e6, model.decode_kv_bytes(mean_ctx) / 1e6, step_gbs);
   if (bw_frac > 0) std::printf(" = %.0f%% of nominal bandwidth", 100 * bw_frac);
+  if (lm.backend->kernels_per_step() > 0) {
+    std::printf("\nkernels per decode step: %d (%s)", lm.backend->kernels_per_step(),
+                o.no_graphs ? "launched one by one" : "replayed as one CUDA graph");
+  }
   std::printf("\nmemory: engine peak %.1f MiB", mem.peak_bytes / 1048576.0);
   if (mem.device_total) std::printf(", device in use %.1f / %.1f MiB", mem.device_used / 1048576.0, mem.device_total / 1048576.0);
   std::printf(", host peak RSS %.1f MiB\n", host_peak_rss_bytes() / 1048576.0);

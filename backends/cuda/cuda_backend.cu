@@ -1,0 +1,314 @@
+// The CUDA backend's memory, device facts, step capture (CUDA graphs) and factory. The ops live in
+// the files named after them.
+#include "backends/cuda/cuda_backend.h"
+
+#include <nvtx3/nvToolsExt.h>
+
+#include <cctype>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "backends/cuda/cuda_backend_impl.cuh"
+
+namespace tllm {
+namespace cuda {
+
+// ---- errors and owners ---------------------------------------------------------------------------
+
+void throw_cuda_error(cudaError_t err, const char* statement, const char* file, int line) {
+  cudaGetLastError();  // clear a non-sticky error so that later calls do not report it again
+  throw BackendError(std::string("cuda backend: ") + statement + " failed: " + cudaGetErrorString(err) + " (" +
+                     file + ":" + std::to_string(line) + ")");
+}
+
+DeviceMemory::DeviceMemory(size_t bytes) : bytes_(bytes) {
+  if (bytes == 0) return;
+  const cudaError_t err = cudaMalloc(&ptr_, bytes);
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    ptr_ = nullptr;
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    throw BackendError("cuda backend: cannot allocate " + std::to_string(bytes) + " bytes (" + cudaGetErrorString(err) +
+                       "; the device has " + std::to_string(free) + " of " + std::to_string(total) +
+                       " bytes free)");
+  }
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+void MemoryCounter::add(size_t bytes) {
+  const size_t now = allocated.fetch_add(bytes) + bytes;
+  size_t seen = peak.load();
+  while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+  }
+}
+
+// ---- matrices ------------------------------------------------------------------------------------
+
+CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter)
+    : Matrix(h.type, h.n, h.k), counter_(std::move(counter)) {
+  const size_t n = size_t(h.n), k = size_t(h.k);
+  if (h.type == WeightType::W8) {
+    k_pad_ = h.k;
+    const size_t q_bytes = n * k;
+    scales_offset_ = (q_bytes + 255) / 256 * 256;
+    const size_t scale_bytes = n * (k / kW8Group) * sizeof(half_t);
+    mem_ = DeviceMemory(scales_offset_ + scale_bytes);
+    CUDA_CHECK(cudaMemcpyAsync(mem_.get(), h.q, q_bytes, cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(mem_.get()) + scales_offset_, h.scales, scale_bytes,
+                               cudaMemcpyHostToDevice, stream));
+  } else {
+    k_pad_ = (h.k + 7) / 8 * 8;
+    const size_t row_bytes = size_t(k_pad_) * sizeof(half_t);
+    mem_ = DeviceMemory(n * row_bytes);
+    if (size_t(k_pad_) != k) CUDA_CHECK(cudaMemsetAsync(mem_.get(), 0, mem_.bytes(), stream));
+    CUDA_CHECK(cudaMemcpy2DAsync(mem_.get(), row_bytes, h.f16, k * sizeof(half_t), k * sizeof(half_t), n,
+                                 cudaMemcpyHostToDevice, stream));
+  }
+  CUDA_CHECK(cudaStreamSynchronize(stream));
+  counter_->add(mem_.bytes());
+}
+
+CudaMatrix::~CudaMatrix() { counter_->sub(mem_.bytes()); }
+
+const CudaMatrix& cuda_matrix(const Matrix* m, const char* op) {
+  const auto* cm = dynamic_cast<const CudaMatrix*>(m);
+  CUDA_REQUIRE(cm != nullptr, op, "the weight matrix is missing or was made by another backend");
+  return *cm;
+}
+
+// ---- the backend ---------------------------------------------------------------------------------
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop;
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  sm_count_ = prop.multiProcessorCount;
+  cc_major_ = prop.major;
+  cc_minor_ = prop.minor;
+  smem_optin_ = prop.sharedMemPerBlockOptin;
+  pdl_ = cc_major_ >= 9;
+  cudaStream_t s = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_.reset(s);
+
+  attn_partials_ = DeviceMemory(kAttnPartialFloats * sizeof(float));
+  attn_counters_ = DeviceMemory(kAttnCounters * sizeof(uint32_t));
+  // (value, index) pairs of the argmax blocks, then the arrival counter.
+  argmax_partials_ = DeviceMemory(kArgmaxMaxBlocks * (sizeof(float) + sizeof(int32_t)) + sizeof(uint32_t));
+  CUDA_CHECK(cudaMemsetAsync(attn_counters_.get(), 0, attn_counters_.bytes(), stream()));
+  CUDA_CHECK(cudaMemsetAsync(argmax_partials_.get(), 0, argmax_partials_.bytes(), stream()));
+  counter_->add(attn_partials_.bytes() + attn_counters_.bytes() + argmax_partials_.bytes());
+  prepare_attention();
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+CudaBackend::~CudaBackend() {
+  cudaStreamSynchronize(stream_.get());  // nothing may run on memory that is about to be freed
+  steps_.clear();
+}
+
+DeviceInfo CudaBackend::device_info() const {
+  DeviceInfo info;
+  cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, device_) == cudaSuccess) info.name = prop.name;
+  auto version = [](int v) { return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10); };
+  int driver = 0, runtime = 0;
+  if (cudaDriverGetVersion(&driver) == cudaSuccess) {
+    info.driver = version(driver);
+    // The kernel module's own version where Linux shows it: the first dotted number after "Kernel
+    // Module" in "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build ...".
+    std::ifstream f("/proc/driver/nvidia/version");
+    std::string line;
+    if (f && std::getline(f, line)) {
+      const size_t at = line.find("Kernel Module");
+      if (at != std::string::npos) {
+        std::istringstream rest(line.substr(at));
+        std::string word;
+        while (rest >> word) {
+          if (std::isdigit(static_cast<unsigned char>(word[0])) && word.find('.') != std::string::npos) {
+            info.driver += " (NVIDIA " + word + ")";
+            break;
+          }
+        }
+      }
+    }
+  }
+  if (cudaRuntimeGetVersion(&runtime) == cudaSuccess) info.runtime = "CUDA runtime " + version(runtime);
+  int mem_clock_khz = 0, bus_bits = 0;
+  if (cudaDeviceGetAttribute(&mem_clock_khz, cudaDevAttrMemoryClockRate, device_) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, device_) == cudaSuccess) {
+    // Double data rate: two transfers per clock over the whole bus.
+    info.peak_bandwidth_gbs = 2.0 * double(mem_clock_khz) * 1e3 * double(bus_bits) / 8.0 / 1e9;
+  }
+  cudaGetLastError();
+  info.multiprocessors = sm_count_;
+  return info;
+}
+
+Buffer CudaBackend::alloc(size_t bytes) {
+  if (bytes == 0) return Buffer(this, nullptr, 0);
+  DeviceMemory mem(bytes);
+  CUDA_CHECK(cudaMemsetAsync(mem.get(), 0, bytes, stream()));
+  counter_->add(bytes);
+  return Buffer(this, mem.release(), bytes);  // free_raw returns it
+}
+
+void CudaBackend::free_raw(void* ptr, size_t bytes) {
+  cudaFree(ptr);  // waits for the device; never throws (called from destructors)
+  counter_->sub(bytes);
+}
+
+void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream()));
+}
+
+void CudaBackend::download(void* dst, const void* src, size_t bytes) {
+  if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+std::unique_ptr<Matrix> CudaBackend::upload_matrix(const HostMatrix& m) {
+  const std::string what = std::string("upload_matrix (") + weight_type_name(m.type) + ", n=" + std::to_string(m.n) +
+                           ", k=" + std::to_string(m.k) + ")";
+  CUDA_REQUIRE(m.n > 0 && m.k > 0, what, "n and k must be positive");
+  CUDA_REQUIRE(m.n < (int64_t(1) << 31) && m.k < (int64_t(1) << 24), what, "n or k is too large");
+  if (m.type == WeightType::W8) {
+    CUDA_REQUIRE(m.k % kW8Group == 0, what, "k must be a multiple of " + std::to_string(kW8Group) + " for W8");
+    CUDA_REQUIRE(m.q && m.scales, what, "W8 needs q and scales");
+  } else {
+    CUDA_REQUIRE(m.f16 != nullptr, what, "F16 needs f16 data");
+  }
+  auto w = std::make_unique<CudaMatrix>(m, stream(), counter_);
+  prepare_matmul(*w);
+  return w;
+}
+
+void CudaBackend::synchronize() { CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+MemoryInfo CudaBackend::memory_info() const {
+  MemoryInfo info;
+  info.allocated_bytes = counter_->allocated.load();
+  info.peak_bytes = counter_->peak.load();
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+    info.device_total = total;
+    info.device_used = total - free;
+  } else {
+    cudaGetLastError();
+  }
+  return info;
+}
+
+void CudaBackend::grow_workspace(DeviceMemory& ws, size_t bytes, const char* what) {
+  if (ws.bytes() >= bytes) return;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
+  CUDA_REQUIRE(status == cudaStreamCaptureStatusNone, what,
+               "its workspace would have to grow to " + std::to_string(bytes) +
+                   " bytes while a step is being captured; run the op once before capturing");
+  counter_->sub(ws.bytes());
+  ws = DeviceMemory();  // cudaFree waits for the kernels that still use it
+  ws = DeviceMemory(bytes);
+  counter_->add(bytes);
+}
+
+int CudaBackend::resident_blocks(const void* kernel, int threads, size_t smem) {
+  const uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(kernel)) * 1000003u ^ uint64_t(smem) << 20 ^ uint64_t(threads);
+  auto it = resident_cache_.find(key);
+  if (it != resident_cache_.end()) return it->second;
+  int blocks = 0;
+  CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, threads, smem));
+  if (blocks < 1) blocks = 1;
+  resident_cache_.emplace(key, blocks);
+  return blocks;
+}
+
+// ---- steps ---------------------------------------------------------------------------------------
+
+void CudaBackend::run_step(int key, const std::function<void()>& body) {
+  const int64_t before = launches_;
+  if (!capture_on_ || capture_failed_) {
+    body();
+    launches_per_step_ = int(launches_ - before);
+    return;
+  }
+  if (auto it = steps_.find(key); it != steps_.end()) {
+    CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
+    launches_per_step_ = it->second.launches;
+    return;
+  }
+
+  // Record body() into a graph. Nothing runs while recording: on success the graph is launched, on
+  // failure body() runs directly.
+  std::string failure;
+  GraphExecOwner exec;
+  GraphOwner graph;
+  const cudaError_t begin = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal);
+  if (begin != cudaSuccess) {
+    failure = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(begin);
+  } else {
+    try {
+      body();
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    cudaGraph_t graph_raw = nullptr;
+    const cudaError_t end = cudaStreamEndCapture(stream(), &graph_raw);
+    graph.reset(graph_raw);
+    if (failure.empty() && end != cudaSuccess) failure = std::string("cudaStreamEndCapture: ") + cudaGetErrorString(end);
+  }
+  if (failure.empty()) {
+    cudaGraphExec_t exec_raw = nullptr;
+    const cudaError_t inst = cudaGraphInstantiate(&exec_raw, graph.get(), 0);
+    if (inst == cudaSuccess) {
+      exec.reset(exec_raw);
+    } else {
+      failure = std::string("cudaGraphInstantiate: ") + cudaGetErrorString(inst);
+    }
+  }
+  cudaGetLastError();
+  const int launches = int(launches_ - before);
+
+  if (!exec) {
+    // A real error in body() shows again here and propagates; otherwise recording was the problem.
+    const int64_t direct = launches_;
+    body();
+    launches_per_step_ = int(launches_ - direct);
+    std::fprintf(stderr, "tiny-llm: CUDA graph capture failed (%s); running decode steps without graphs\n",
+                 failure.c_str());
+    capture_failed_ = true;
+    return;
+  }
+  CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
+  steps_.emplace(key, Step{std::move(exec), launches});
+  launches_per_step_ = launches;
+}
+
+void CudaBackend::reset_steps() {
+  CUDA_CHECK(cudaStreamSynchronize(stream()));
+  steps_.clear();
+}
+
+void CudaBackend::range_push(const char* name) { nvtxRangePushA(name); }
+
+void CudaBackend::range_pop() { nvtxRangePop(); }
+
+}  // namespace cuda
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+std::unique_ptr<Backend> create_cuda_backend() { return std::make_unique<cuda::CudaBackend>(0); }
+
+}  // namespace tllm

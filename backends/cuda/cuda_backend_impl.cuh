@@ -1,0 +1,175 @@
+// Inside the CUDA backend: the backend class, its weight matrix and its workspaces. Each op is
+// defined in the .cu file named after it (matmul.cu, attention.cu, ...); cuda_backend.cu holds
+// memory, device facts, step capture and the factory.
+//
+// Everything runs in order on one non-blocking stream the backend owns. Every kernel goes through
+// CudaBackend::launch, which counts launches (for "kernels per decode step") and, on sm_90, marks
+// them for programmatic dependent launch so that a kernel can start reading its weights while the
+// one before it finishes (see grid_dependency_wait in cuda_common.cuh).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "backend/backend.h"
+#include "backends/cuda/trace.cuh"
+#include "backends/cuda/cuda_common.cuh"
+
+namespace tllm::cuda {
+
+// Bytes held by one backend: its buffers, matrices and workspaces. Shared with the matrices, which
+// may be destroyed after the backend.
+struct MemoryCounter {
+  std::atomic<size_t> allocated{0};
+  std::atomic<size_t> peak{0};
+  void add(size_t bytes);
+  void sub(size_t bytes) { allocated.fetch_sub(bytes); }
+};
+
+// A weight matrix on the GPU, one copy, in the layout the matmul kernels read:
+//   W8:  q (n, k) int8 row-major, then scales (n, k / kW8Group) fp16 row-major (at a 256-byte
+//        boundary). k is a multiple of 32, so every row of q starts 32-byte aligned.
+//   F16: (n, k_pad) fp16 row-major, rows padded with zeros to k_pad = k rounded up to 8, so that
+//        every row starts 16-byte aligned and is read in whole 16-byte vectors.
+class CudaMatrix final : public Matrix {
+ public:
+  CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter);
+  ~CudaMatrix() override;
+
+  const int8_t* q() const { return static_cast<const int8_t*>(mem_.get()); }
+  const __half* scales() const { return reinterpret_cast<const __half*>(static_cast<const char*>(mem_.get()) + scales_offset_); }
+  const __half* f16() const { return static_cast<const __half*>(mem_.get()); }
+  int64_t k_pad() const { return k_pad_; }  // F16 row stride in values; k for W8
+
+ private:
+  DeviceMemory mem_;
+  size_t scales_offset_ = 0;
+  int64_t k_pad_ = 0;
+  std::shared_ptr<MemoryCounter> counter_;
+};
+
+// The CudaMatrix behind a Matrix; throws BackendError when another backend made it.
+const CudaMatrix& cuda_matrix(const Matrix* m, const char* op);
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  DeviceInfo device_info() const override;
+  bool supports(Op) const override { return true; }
+
+  Buffer alloc(size_t bytes) override;
+  void upload(void* dst, const void* src, size_t bytes) override;
+  void download(void* dst, const void* src, size_t bytes) override;
+  std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
+  void synchronize() override;
+  MemoryInfo memory_info() const override;
+
+  void matmul_m1(const MatmulDesc& d) override;
+  void matmul(const MatmulDesc& d) override;
+  void rmsnorm(const RmsNormDesc& d) override;
+  void rope(const RopeDesc& d) override;
+  void kv_append(const KvAppendDesc& d) override;
+  void qkv_rope_append(const QkvRopeAppendDesc& d) override;
+  void attention_prefill(const AttentionPrefillDesc& d) override;
+  void attention_decode(const AttentionDecodeDesc& d) override;
+  void add(const AddDesc& d) override;
+  void silu_mul(const SiluMulDesc& d) override;
+  void embedding(const EmbeddingDesc& d) override;
+  void argmax(const ArgmaxDesc& d) override;
+
+  void run_step(int key, const std::function<void()>& body) override;
+  void reset_steps() override;
+  void set_step_capture(bool on) override { capture_on_ = on; }
+
+  void range_push(const char* name) override;
+  void range_pop() override;
+
+  // Kernels the last run_step issued (or, replaying a recorded step, issued when it was recorded).
+  int kernels_per_step() const override { return launches_per_step_; }
+
+  bool trace_begin() override { return trace_.begin(); }
+  std::vector<TraceRecord> trace_end() override { return trace_.end(); }
+
+  // Launches `kernel` on the backend's stream (see the top of this file).
+  template <class... KernelArgs, class... Args>
+  void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream_.get();
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl_ ? 1 : 0;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+    ++launches_;
+  }
+
+  cudaStream_t stream() const { return stream_.get(); }
+  int multiprocessors() const { return sm_count_; }
+
+ protected:
+  void free_raw(void* ptr, size_t bytes) override;
+
+ private:
+  // Makes `ws` hold at least `bytes` (contents not kept), counted in memory_info. Refuses
+  // (BackendError) to grow while the stream is being captured: the decode path allocates nothing.
+  void grow_workspace(DeviceMemory& ws, size_t bytes, const char* what);
+  // Blocks of `kernel` (blockDim threads, smem dynamic bytes) that fit on one multiprocessor at once.
+  int resident_blocks(const void* kernel, int threads, size_t smem);
+
+  // Op pieces shared between files.
+  void rmsnorm_rows(const float* x, const float* weight, __half* out, int64_t m, int64_t n, float eps);
+  void matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w);
+  void matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x);
+  void prepare_matmul(const CudaMatrix& w);   // kernel attributes for the matrix's k (matmul.cu)
+  void prepare_attention();                   // kernel attributes for every head_dim (attention.cu)
+
+  int device_ = 0;
+  int sm_count_ = 0;
+  int cc_major_ = 0, cc_minor_ = 0;
+  size_t smem_optin_ = 0;  // largest dynamic shared memory a block may ask for
+  bool pdl_ = false;       // programmatic dependent launch (sm_90 and later)
+  StreamOwner stream_;
+  std::shared_ptr<MemoryCounter> counter_ = std::make_shared<MemoryCounter>();
+  std::unordered_map<uint64_t, int> resident_cache_;  // (kernel, smem) -> resident blocks
+
+  // Attention decode: per-split partial results (m, l, unnormalised o) and the arrival counters
+  // of the last-block combine. Fixed size (at most 32 splits per head fit for up to 126 heads of
+  // head_dim 256), allocated at creation so that the first decode step can be captured.
+  DeviceMemory attn_partials_;  // floats
+  DeviceMemory attn_counters_;  // (kAttnCounters) uint32, zero between calls
+  // Argmax: per-block (value, index) candidates and an arrival counter.
+  DeviceMemory argmax_partials_;
+  // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
+  DeviceMemory norm_x16_;
+
+  // Step capture (run_step).
+  struct Step {
+    GraphExecOwner exec;
+    int launches = 0;
+  };
+  std::unordered_map<int, Step> steps_;
+  bool capture_on_ = true;
+  bool capture_failed_ = false;  // warned once; steps run directly from then on
+  int64_t launches_ = 0;
+  int launches_per_step_ = 0;
+  CuptiTrace trace_;
+};
+
+// Sizes of the fixed workspaces.
+constexpr size_t kAttnPartialFloats = size_t(1) << 20;  // 4 MiB
+constexpr int kAttnCounters = 4096;
+constexpr int kArgmaxMaxBlocks = 1024;
+
+}  // namespace tllm::cuda

@@ -1,0 +1,206 @@
+// Shared pieces of the CUDA backend: the error-checking macros, move-only owners of device
+// resources, and the device helpers every kernel file uses (programmatic dependent launch, warp
+// reductions, vector loads).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <type_traits>
+
+#include "backend/backend.h"
+
+namespace tllm::cuda {
+
+// ---- errors --------------------------------------------------------------------------------------
+
+// Throws BackendError "cuda backend: <statement> failed: <error> (<file>:<line>)".
+[[noreturn]] void throw_cuda_error(cudaError_t err, const char* statement, const char* file, int line);
+
+// Runs a CUDA runtime call and throws BackendError naming the statement, file and line on failure.
+#define CUDA_CHECK(statement)                                                            \
+  do {                                                                                   \
+    const cudaError_t cuda_check_err_ = (statement);                                     \
+    if (cuda_check_err_ != cudaSuccess)                                                  \
+      ::tllm::cuda::throw_cuda_error(cuda_check_err_, #statement, __FILE__, __LINE__);   \
+  } while (0)
+
+// A descriptor check of an op: throws BackendError "cuda backend: <op>: <what>" when cond is false.
+#define CUDA_REQUIRE(cond, op, what)                                                        \
+  do {                                                                                      \
+    if (!(cond)) throw ::tllm::BackendError(std::string("cuda backend: ") + (op) + ": " + (what)); \
+  } while (0)
+
+// ---- owners --------------------------------------------------------------------------------------
+
+// Device memory from cudaMalloc, freed on destruction. Move-only.
+class DeviceMemory {
+ public:
+  DeviceMemory() = default;
+  // Throws BackendError naming the size and the device's free and total memory when it does not fit.
+  explicit DeviceMemory(size_t bytes);
+  DeviceMemory(DeviceMemory&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) {
+    o.ptr_ = nullptr;
+    o.bytes_ = 0;
+  }
+  DeviceMemory& operator=(DeviceMemory&& o) noexcept {
+    DeviceMemory tmp(std::move(o));
+    std::swap(ptr_, tmp.ptr_);
+    std::swap(bytes_, tmp.bytes_);
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory&) = delete;
+  DeviceMemory& operator=(const DeviceMemory&) = delete;
+  ~DeviceMemory();
+
+  void* get() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr_); }
+  // Gives up ownership; the caller frees the pointer with cudaFree.
+  void* release() {
+    void* p = ptr_;
+    ptr_ = nullptr;
+    bytes_ = 0;
+    return p;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct StreamDeleter {
+  void operator()(cudaStream_t s) const { cudaStreamDestroy(s); }
+};
+struct GraphDeleter {
+  void operator()(cudaGraph_t g) const { cudaGraphDestroy(g); }
+};
+struct GraphExecDeleter {
+  void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
+};
+using StreamOwner = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+using GraphOwner = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
+using GraphExecOwner = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
+
+// ---- host helpers --------------------------------------------------------------------------------
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+__host__ __device__ inline bool aligned_to(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
+// ---- device helpers ------------------------------------------------------------------------------
+
+// Programmatic dependent launch (sm_90): every kernel is launched allowed to overlap the tail of the
+// kernel before it. It may read constant data (weights) before grid_dependency_wait(), and must
+// call it before touching anything an earlier op wrote or reads. On older GPUs both are no-ops and
+// the launches are plainly serialised.
+__device__ __forceinline__ void grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the next kernel in the stream start launching its blocks (they wait in
+// grid_dependency_wait() until this grid has finished and its writes are visible).
+__device__ __forceinline__ void allow_dependent_launch() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 values in shared memory; the call ends with the block synchronised.
+template <class T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  v = warp_sum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  T total = 0;
+  const int n_warps = blockDim.x >> 5;
+  for (int w = 0; w < n_warps; ++w) total += scratch[w];  // same order in every thread
+  __syncthreads();  // scratch may be reused after return
+  return total;
+}
+
+// 16-byte read-only load (weights).
+__device__ __forceinline__ uint4 load_ro16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
+
+__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t bits) {
+  __half2 h;
+  memcpy(&h, &bits, 4);
+  return __half22float2(h);
+}
+
+__device__ __forceinline__ uint32_t float2_to_half2_bits(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  uint32_t bits;
+  memcpy(&bits, &h, 4);
+  return bits;
+}
+
+// ---- asynchronous copies and tensor cores (sm_80 and later) --------------------------------------
+
+// 16-byte global -> shared copy that bypasses registers; src_bytes = 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Four 8x8 fp16 matrices from shared memory; lane t gives the address of row t % 8 of matrix t / 8.
+// Lane t receives, of each matrix, row t / 4, columns 2·(t % 4) and 2·(t % 4) + 1.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+// As ldmatrix_x4, transposed: lane t receives rows 2·(t % 4) and 2·(t % 4) + 1 of column t / 4.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s)
+               : "memory");
+}
+
+// d += a · b for one 16x8x16 tile: a (16x16, row-major fragments), b (16x8, column-major), fp32 d.
+// Fragment layout (g = lane / 4, t = lane % 4):
+//   a: {(g, 2t..2t+1), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..)}   b: {(k 2t..2t+1, n g), (k 2t+8.., n g)}
+//   d: {(g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1)}
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace tllm::cuda
