@@ -24,15 +24,17 @@ log() { echo "== $*" | tee -a "$out/summary.txt"; }
 if has build; then
   log "build"
   cmake -S . -B $build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTS=ON -DCMAKE_CUDA_ARCHITECTURES=native \
-    > "$out/build.log" 2>&1 && cmake --build $build -j"$(nproc)" >> "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+    > "$out/build.log" 2>&1 || { tail -40 "$out/build.log"; exit 1; }
+  # Keep going past a failing target so the rest can still be tested; the log names what failed.
+  cmake --build $build -j"$(nproc)" -- -k 0 >> "$out/build.log" 2>&1 || grep -E "FAILED|error" "$out/build.log" | head -20 | tee -a "$out/summary.txt"
 fi
 bench=$build/tiny_llm_bench
 model=$root/.cache/qwen2.5-0.5b-synth.gguf
 [ -s "$model" ] || { mkdir -p .cache && $build/tiny_llm synth -q -o "$model"; }
 
 if has test; then
-  log "ctest (all labels)"
-  (cd $build && CI=${CI:-} ctest -j8 --output-on-failure --timeout 600) > "$out/ctest.log" 2>&1
+  log "ctest -L cuda"
+  (cd $build && ctest -L cuda --output-on-failure --timeout 300) > "$out/ctest.log" 2>&1
   grep -E "tests passed|tests failed|Failed|Skipped|\*\*\*" "$out/ctest.log" | tee -a "$out/summary.txt"
   $build/tests/ops_test --gtest_filter='*/cuda' > "$out/ops-cuda.log" 2>&1; tail -3 "$out/ops-cuda.log" | tee -a "$out/summary.txt"
   $build/tests/model_test --gtest_filter='*cuda*' > "$out/model-cuda.log" 2>&1; tail -3 "$out/model-cuda.log" | tee -a "$out/summary.txt"
