@@ -39,15 +39,6 @@ if has test; then
   $build/tests/ops_test --gtest_filter='*/cuda' > "$out/ops-cuda.log" 2>&1; tail -3 "$out/ops-cuda.log" | tee -a "$out/summary.txt"
   $build/tests/model_test --gtest_filter='*cuda*' > "$out/model-cuda.log" 2>&1; tail -3 "$out/model-cuda.log" | tee -a "$out/summary.txt"
 fi
-if has sanitize; then
-  for tool in memcheck racecheck; do
-    log "compute-sanitizer $tool on the CUDA op suite"
-    timeout 150 compute-sanitizer --tool $tool --error-exitcode 3 $build/tests/ops_test --gtest_filter='*/cuda' \
-      > "$out/sanitizer-$tool.log" 2>&1
-    echo "exit $?" | tee -a "$out/summary.txt"
-    tail -2 "$out/sanitizer-$tool.log" | tee -a "$out/summary.txt"
-  done
-fi
 if has bench; then
   log "tiny_llm_bench"
   $bench "$model" --prompt "你好" --max-tokens 128 --warmup 2 --iters 7 -q | tee "$out/bench-graphs.txt" | tee -a "$out/summary.txt"
@@ -62,5 +53,14 @@ fi
 if has sweep; then
   log "context sweep"
   TINY_LLM_BENCH=$bench bash scripts/context-sweep.sh "$out" "$model" > "$out/sweep.log" 2>&1; tail -2 "$out/sweep.log"
+fi
+if has sanitize; then
+  for tool in memcheck racecheck; do
+    log "compute-sanitizer $tool on the CUDA op suite"
+    timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool $tool --error-exitcode 3 $build/tests/ops_test --gtest_filter='*/cuda' \
+      > "$out/sanitizer-$tool.log" 2>&1
+    echo "exit $?" | tee -a "$out/summary.txt"
+    tail -2 "$out/sanitizer-$tool.log" | tee -a "$out/summary.txt"
+  done
 fi
 log "done"
