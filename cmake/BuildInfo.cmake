@@ -1,9 +1,15 @@
-# Writes build_info.cpp with the git commit of SOURCE_DIR (and "-dirty" for uncommitted changes).
+# Writes build_info.cpp with the git commit of SOURCE_DIR (and "-dirty" for uncommitted changes),
+# or $TLLM_COMMIT where SOURCE_DIR is not a git checkout.
 # Rewrites the file only when the text changes, so an unchanged tree does not relink.
 execute_process(COMMAND git -C ${SOURCE_DIR} rev-parse HEAD
   OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
-  set(commit "unknown")
+  # A source copy without .git (an export, a copied tree) can name its commit in TLLM_COMMIT.
+  if(DEFINED ENV{TLLM_COMMIT} AND NOT "$ENV{TLLM_COMMIT}" STREQUAL "")
+    set(commit "$ENV{TLLM_COMMIT}")
+  else()
+    set(commit "unknown")
+  endif()
 else()
   execute_process(COMMAND git -C ${SOURCE_DIR} status --porcelain --untracked-files=no
     OUTPUT_VARIABLE changes OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)

@@ -18,7 +18,7 @@ log() { echo "== $*" | tee -a "$out/summary.txt"; }
 {
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv
   nvcc --version | tail -2
-  git rev-parse HEAD 2>/dev/null || echo "commit unknown"
+  echo "commit ${TLLM_COMMIT:-$(git rev-parse HEAD 2>/dev/null || echo unknown)}"
 } > "$out/environment.txt" 2>&1
 
 if has build; then

@@ -28,6 +28,7 @@ std::string kernel_name(const char* mangled) {
   int status = 0;
   std::unique_ptr<char, void (*)(void*)> d(abi::__cxa_demangle(mangled, nullptr, nullptr, &status), std::free);
   std::string s = status == 0 && d ? d.get() : mangled;
+  for (size_t at; (at = s.find("(anonymous namespace)::")) != std::string::npos;) s.erase(at, 23);
   if (const size_t paren = s.find('('); paren != std::string::npos) s.resize(paren);
   if (s.rfind("void ", 0) == 0) s.erase(0, 5);
   // Drop namespaces, keeping template arguments intact.
