@@ -2,6 +2,7 @@
 // backend, with warm-up and repeated iterations, and report medians (docs/performance/
 // benchmark-methodology.md says exactly what each figure measures).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -38,6 +39,15 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / double(v.size());
 }
 
+size_t host_rss_bytes() {
+  long pages = 0, resident = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return size_t(resident) * size_t(sysconf(_SC_PAGESIZE));
+}
+
 size_t host_peak_rss_bytes() {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
@@ -59,7 +69,41 @@ struct Options {
   bool quiet = false;
   bool profile = false;
   std::string trace_out = "reports/profile-trace.json";
+  int soak_tokens = 0;   // generate this many tokens across context resets, checking memory stays flat
 };
+
+// Generates `total` tokens, emptying the context whenever it fills, and reports host and device
+// memory at the start and the end: a long session must not grow either.
+int run_soak(Model& model, const std::vector<int32_t>& prompt, int total) {
+  Backend& be = model.backend();
+  Session session(model, SamplerParams{}, {});
+  GenerateOptions g;
+  g.stop_at_end_token = false;
+  int done = 0, resets = 0;
+  size_t rss0 = 0, dev0 = 0, eng0 = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  while (done < total) {
+    session.reset();
+    g.max_tokens = std::min(total - done, model.n_ctx() - int(prompt.size()));
+    const GenerationResult r = session.generate(prompt, g);
+    done += int(r.tokens.size());
+    if (resets++ == 0) {
+      rss0 = host_rss_bytes();
+      dev0 = be.memory_info().device_used;
+      eng0 = be.memory_info().allocated_bytes;
+    }
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const MemoryInfo m = be.memory_info();
+  const size_t rss1 = host_rss_bytes();
+  std::printf("soak: %d tokens in %d contexts of %d rows, %.1f s (%.0f tok/s)\n", done, resets, model.n_ctx(), s, done / s);
+  std::printf("soak: host RSS %.1f -> %.1f MiB, engine %.1f -> %.1f MiB, device in use %.1f -> %.1f MiB\n",
+              rss0 / 1048576.0, rss1 / 1048576.0, eng0 / 1048576.0, m.allocated_bytes / 1048576.0, dev0 / 1048576.0,
+              m.device_used / 1048576.0);
+  const bool flat = m.allocated_bytes == eng0 && m.device_used <= dev0 + (16u << 20) && rss1 <= rss0 + (16u << 20);
+  std::printf("soak: memory %s\n", flat ? "flat" : "GREW");
+  return flat ? 0 : 1;
+}
 
 int bench_main(int argc, char** argv) {
   Options o;
@@ -83,6 +127,10 @@ int bench_main(int argc, char** argv) {
   app.add_flag("--profile", o.profile,
                "after the timed runs, trace one request kernel by kernel (CUPTI on CUDA) and print the "
                "profiler's tables and diagnosis");
+  app.add_option("--soak-tokens", o.soak_tokens,
+                 "instead of timing, generate this many tokens across context resets and check that host and "
+                 "device memory stay flat")
+      ->check(CLI::Range(1, 100000000));
   app.add_option("--trace-out", o.trace_out, "Chrome-trace / Perfetto JSON timeline written by --profile");
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
@@ -108,6 +156,10 @@ int bench_main(int argc, char** argv) {
   if (o.context > int(prompt.size())) {
     const std::vector<int32_t> unit = prompt;
     while (int(prompt.size()) < o.context) prompt.push_back(unit[prompt.size() % unit.size()]);
+  }
+  if (o.soak_tokens > 0) {
+    if (int(prompt.size()) >= model.n_ctx()) throw AppError("the prompt does not fit the context; raise --ctx");
+    return run_soak(model, prompt, o.soak_tokens);
   }
   if (int64_t(prompt.size()) + o.max_tokens > model.n_ctx()) {
     throw AppError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens " + std::to_string(o.max_tokens) +

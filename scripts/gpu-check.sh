@@ -46,6 +46,7 @@ if has bench; then
   $bench "$model" --prompt "你好" --max-tokens 128 --warmup 2 --iters 7 -q --no-graphs | tee "$out/bench-nographs.txt" | grep -E "decode|TTFT|TPOT" | tee -a "$out/summary.txt"
   $bench "$model" --prompt "你好" --context 4096 --ctx 4352 --max-tokens 128 --warmup 1 --iters 5 -q | tee "$out/bench-ctx4096.txt" | grep -E "decode|TPOT|memory" | tee -a "$out/summary.txt"
   $bench "$model" --prompt "你好" --context 512 --raw --max-tokens 1 --warmup 2 --iters 7 -q | tee "$out/bench-prefill512.txt" | grep -E "prefill|TTFT" | tee -a "$out/summary.txt"
+  $bench "$model" --ctx 4096 --soak-tokens 20000 -q | tee "$out/soak.txt" | tee -a "$out/summary.txt"
   $build/tiny_llm_kernel_bench --csv > "$out/kernel-bench.csv" 2>&1; cat "$out/kernel-bench.csv" >> "$out/summary.txt"
   $bench "$model" --prompt "你好" --max-tokens 64 --warmup 1 --iters 3 -q --profile --trace-out "$out/profile-trace.json" \
     > "$out/profile.txt" 2>&1; cat "$out/profile.txt" >> "$out/summary.txt"
