@@ -29,8 +29,14 @@ if has build; then
   cmake --build $build -j"$(nproc)" -- -k 0 >> "$out/build.log" 2>&1 || grep -E "FAILED|error" "$out/build.log" | head -20 | tee -a "$out/summary.txt"
 fi
 bench=$build/tiny_llm_bench
-model=$root/.cache/qwen2.5-0.5b-synth.gguf
-[ -s "$model" ] || { mkdir -p .cache && $build/tiny_llm synth -q -o "$model"; }
+# The synthetic Qwen2.5-0.5B-Instruct Q4_K_M; with QWEN_TOKENIZER_DIR (a folder holding the Hugging
+# Face vocab.json + merges.txt) it carries the real Qwen2 vocabulary, so prompts tokenize as they would
+# with the real model.
+model=$root/.cache/qwen2.5-0.5b-synth${QWEN_TOKENIZER_DIR:+-tok}.gguf
+if [ ! -s "$model" ]; then
+  mkdir -p .cache
+  $build/tiny_llm synth -q -o "$model" ${QWEN_TOKENIZER_DIR:+--tokenizer-dir "$QWEN_TOKENIZER_DIR"}
+fi
 
 if has test; then
   log "ctest -L cuda"
