@@ -2,7 +2,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -27,6 +29,19 @@ struct RunOptions {
   bool stats = false;
 };
 
+// A seed is a decimal integer in [0, 2^64); CLI11 alone would wrap "-1" and saturate larger values.
+CLI::Validator seed_validator() {
+  return CLI::Validator(
+      [](std::string& s) -> std::string {
+        const bool digits = !s.empty() && s.size() <= 20 && s.find_first_not_of("0123456789") == std::string::npos;
+        errno = 0;
+        if (digits) std::strtoull(s.c_str(), nullptr, 10);
+        if (!digits || errno == ERANGE) return "expected an integer from 0 to 18446744073709551615, got '" + s + "'";
+        return "";
+      },
+      "UINT64");
+}
+
 void add_model_options(CLI::App* app, RunOptions& o) {
   app->add_option("-m,--model", o.req.path, "GGUF model file")->required();
   app->add_option("--backend", o.req.backend, "compute backend: auto (cuda when a GPU is visible), cpu or cuda")
@@ -37,14 +52,16 @@ void add_model_options(CLI::App* app, RunOptions& o) {
 }
 
 void add_sampling_options(CLI::App* app, RunOptions& o) {
-  app->add_option("-n,--max-tokens", o.max_tokens, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
+  app->add_option("-n,--max-tokens", o.max_tokens,
+                  "tokens to generate at most (generation also stops, with a note on stderr, when the context is full)")
+      ->check(CLI::Range(1, 1 << 20));
   app->add_option("--temp", o.sampling.temperature, "temperature (0 = greedy)");
   app->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = off)");
   app->add_option("--top-p", o.sampling.top_p, "nucleus sampling threshold (1 = off)");
   app->add_option("--min-p", o.sampling.min_p, "drop tokens below min-p times the top probability (0 = off)");
   app->add_option("--repeat-penalty", o.sampling.repeat_penalty, "penalty for recent tokens (1 = off)");
   app->add_option("--repeat-last-n", o.sampling.repeat_last_n, "how many recent tokens the penalty sees");
-  app->add_option("--seed", o.sampling.seed, "random seed for sampling");
+  app->add_option("--seed", o.sampling.seed, "random seed for sampling")->check(seed_validator());
   app->add_option("--chat-template", o.chat_template, "chat format: chatml, llama3 or none (default: from the model)")
       ->check(CLI::IsMember({"chatml", "llama3", "none"}));
   app->add_option("--system", o.system, "system prompt (default: the model's own, if its template has one)");
@@ -366,7 +383,7 @@ int main_body(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   s->add_option("--preset", synth_preset, "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), tiny, tiny-llama")
       ->check(CLI::IsMember({"qwen2.5-0.5b", "tiny", "tiny-llama"}));
-  CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights");
+  CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights")->check(seed_validator());
   s->add_flag("-q,--quiet", synth_quiet, "no progress");
 
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;

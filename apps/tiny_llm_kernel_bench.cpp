@@ -155,7 +155,9 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
   std::vector<int32_t> posv(static_cast<size_t>(prefill_m));
   for (int i = 0; i < prefill_m; ++i) posv[size_t(i)] = i;
   Buffer pos = b.buffer_i32(posv);
-  Buffer scalar = b.buffer_i32({7, 100, 1, 0});
+  // [token, position, n_kv, argmax]: the position the rope and append cases write must lie inside
+  // the max_ctx rows of the cache.
+  Buffer scalar = b.buffer_i32({7, std::min(100, max_ctx - 1), 1, 0});
   const double h = 2.0, f = 4.0;
 
   struct Gemm {

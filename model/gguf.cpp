@@ -158,6 +158,23 @@ std::string quote(const std::string& s, size_t max_chars) {
   return out + "\"";
 }
 
+// `s` with bytes below 0x20 and 0x7F written as \xNN.
+std::string escape_controls(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string format_double(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.7g", v);
@@ -231,8 +248,10 @@ class GgufParser {
   static constexpr uint64_t kMaxArrayValues = uint64_t(1) << 24;
   static constexpr size_t kMaxTensorName = 64;  // the GGUF specification's limit
 
+  // Keys and names in `problem` come from the file: control characters are escaped so the
+  // message stays one line.
   [[noreturn]] void fail(const std::string& problem) const {
-    throw GgufError(f_.path_ + ": " + problem);
+    throw GgufError(f_.path_ + ": " + escape_controls(problem));
   }
 
   size_t left() const { return size_ - pos_; }

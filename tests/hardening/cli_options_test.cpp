@@ -1,0 +1,194 @@
+// Command-line validation of tiny_llm, tiny_llm_bench and tiny_llm_kernel_bench, run as child
+// processes: --help for every program and subcommand; zero, negative, absurd and malformed numbers;
+// unknown backends and choices; missing or unusable files; a prompt longer than the context (an
+// error) and --max-tokens past the context (generation stops at the full context, with a note on
+// stderr, as --help documents).
+#include <gtest/gtest.h>
+
+#include "hardening/hardening_util.h"
+
+namespace tllm::test {
+namespace {
+
+struct BadCommand {
+  std::vector<std::string> argv;
+  std::vector<std::string> needles;  // expected in the one-line message
+};
+
+void expect_all_fail(const std::string& program, const std::vector<BadCommand>& cases) {
+  std::vector<std::vector<std::string>> commands;
+  for (const BadCommand& c : cases) commands.push_back(c.argv);
+  const std::vector<RunResult> r = run_all(commands);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    expect_clean_failure(r[i], program, cases[i].needles);
+    EXPECT_EQ(r[i].out, "") << r[i].describe();
+  }
+}
+
+TEST(CliOptions, HelpForEveryProgramAndSubcommand) {
+  const std::string t = tiny_llm_path();
+  std::vector<std::vector<std::string>> commands = {
+      {t, "--help"}, {t, "-h"}, {tiny_llm_bench_path(), "--help"}, {tiny_llm_kernel_bench_path(), "--help"}};
+  const std::vector<std::string> subcommands = {"generate", "chat", "inspect", "tokenize", "logits", "synth"};
+  for (const std::string& s : subcommands) {
+    commands.push_back({t, s, "--help"});
+    commands.push_back({t, s, "-h"});
+  }
+  const std::vector<RunResult> r = run_all(commands);
+  for (const RunResult& x : r) {
+    expect_success(x);
+    EXPECT_NE(x.out.find("Usage:"), std::string::npos) << x.describe();
+    EXPECT_EQ(x.err, "") << x.describe();
+  }
+  // The top-level help lists every subcommand.
+  for (const std::string& s : subcommands) EXPECT_NE(r[0].out.find(s), std::string::npos) << s;
+  // --max-tokens documents what happens at a full context.
+  EXPECT_NE(r[4].out.find("when the context is full"), std::string::npos) << r[4].describe();
+}
+
+TEST(CliOptions, TinyLlmRejectsBadValues) {
+  const std::string t = tiny_llm_path();
+  const std::string m = base_model_path();
+  ScratchDir dir;
+  auto gen = [&](std::vector<std::string> extra, const std::string& prompt = "hi") {
+    std::vector<std::string> a = {t, "generate", "-m", m, "-p", prompt, "--backend", "cpu", "-q"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  auto logits = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {t, "logits", "-m", m, "--backend", "cpu", "-q", "-o", dir.file("l.bin")};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  expect_all_fail("tiny_llm", {
+      {{t}, {"A subcommand is required"}},
+      {{t, "bogus"}, {"see --help"}},
+      {{t, "generate", "-p", "hi"}, {"--model is required"}},
+      {{t, "generate", "-m", m}, {"--prompt is required"}},
+      {gen({"--bogus"}), {"--bogus"}},
+      {gen({"-n", "0"}), {"--max-tokens", "0"}},
+      {gen({"-n", "-5"}), {"--max-tokens", "-5"}},
+      {gen({"-n", "99999999999"}), {"--max-tokens", "99999999999"}},
+      {gen({"-n", "abc"}), {"--max-tokens", "abc"}},
+      {gen({"-n", "1.5"}), {"--max-tokens", "1.5"}},
+      {gen({"--ctx", "0"}), {"--ctx", "0"}},
+      {gen({"--ctx", "-1"}), {"--ctx", "-1"}},
+      {gen({"--ctx", "99999999999"}), {"--ctx"}},
+      {gen({"--backend", "tpu"}), {"--backend", "tpu"}},
+      {gen({"--backend", ""}), {"--backend"}},
+      {gen({"--temp", "-1"}), {"--temp"}},
+      {gen({"--temp", "nan"}), {"--temp"}},
+      {gen({"--temp", "1e400"}), {"--temp"}},
+      {gen({"--top-k", "-1"}), {"--top-k"}},
+      {gen({"--top-k", "99999999999"}), {"--top-k"}},
+      {gen({"--top-p", "0"}), {"--top-p"}},
+      {gen({"--top-p", "1.5"}), {"--top-p"}},
+      {gen({"--top-p", "abc"}), {"--top-p"}},
+      {gen({"--min-p", "1"}), {"--min-p"}},
+      {gen({"--min-p", "-0.5"}), {"--min-p"}},
+      {gen({"--repeat-penalty", "0"}), {"--repeat-penalty"}},
+      {gen({"--repeat-penalty", "inf"}), {"--repeat-penalty"}},
+      {gen({"--repeat-last-n", "-1"}), {"--repeat-last-n"}},
+      {gen({"--seed", "-1"}), {"--seed", "'-1'"}},
+      {gen({"--seed", "18446744073709551616"}), {"--seed"}},
+      {gen({"--seed", "x"}), {"--seed"}},
+      {gen({"--chat-template", "bogus"}), {"--chat-template", "bogus"}},
+      {{t, "generate", "-m", dir.file("absent.gguf"), "-p", "hi"}, {dir.file("absent.gguf"), "cannot open"}},
+      {{t, "generate", "-m", "/", "-p", "hi"}, {"/: not a regular file"}},
+      // The byte-level tiny model gives one token per byte: 9 tokens do not fit a context of 8.
+      {gen({"--ctx", "8"}, "123456789"), {"the prompt has 9 tokens but the context holds 8"}},
+      {gen({}, ""), {"the prompt is empty"}},
+      {{t, "chat", "-m", m, "-n", "0"}, {"--max-tokens"}},
+      {{t, "chat", "-m", m, "--ctx", "0"}, {"--ctx"}},
+      {{t, "chat", "-m", m, "--backend", "tpu"}, {"--backend"}},
+      {{t, "inspect"}, {"--model is required"}},
+      {{t, "inspect", dir.file("absent.gguf")}, {dir.file("absent.gguf"), "cannot open"}},
+      {{t, "tokenize", "-m", m}, {"give a TEXT or --file"}},
+      {{t, "tokenize", "-m", m, "--file", dir.file("absent.txt")}, {"--file", "absent.txt"}},
+      {{t, "tokenize", "-m", dir.file("absent.gguf"), "hi"}, {dir.file("absent.gguf")}},
+      {logits({}), {"no tokens given"}},
+      {logits({"--tokens", "1 2 -3"}), {"'-3' is not a token id"}},
+      {logits({"--tokens", "1 abc"}), {"'abc' is not a token id"}},
+      {logits({"--tokens", "1 99999999999"}), {"'99999999999' is not a token id"}},
+      {logits({"--tokens", "1 272"}), {"token id 272 is outside the vocabulary of 272"}},
+      {logits({"--tokens", "1 2 3", "--ctx", "2"}), {"3 tokens do not fit the context of 2"}},
+      {{t, "logits", "-m", m, "--backend", "cpu", "-q", "--tokens", "1", "-o", dir.file("no/such/dir/l.bin")},
+       {"cannot open for writing"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "huge"}, {"--preset", "huge"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--seed", "-1"}, {"--seed"}},
+      {{t, "synth", "-o", dir.file("no/such/dir/x.gguf"), "--preset", "tiny", "-q"}, {"no/such/dir/x.gguf"}},
+  });
+}
+
+TEST(CliOptions, MaxTokensPastTheContextStopsAtTheFullContext) {
+  // "hi" is 2 tokens; a context of 8 leaves room for the rest, and generation stops there.
+  const RunResult r = run({tiny_llm_path(), "generate", "-m", base_model_path(), "-p", "hi", "-n", "1000", "--ctx",
+                           "8", "--backend", "cpu", "-q"});
+  expect_success(r);
+  EXPECT_EQ(r.err, "tiny_llm: the context of 8 tokens is full; generation stopped\n") << r.describe();
+  EXPECT_LE(r.out.size(), 8u) << r.describe();
+}
+
+TEST(CliOptions, ChatSkipsAMessageLongerThanTheContext) {
+  RunLimits limits;
+  limits.stdin_text = std::string(100, 'x') + "\nhi\n/exit\n";
+  const RunResult r = run({tiny_llm_path(), "chat", "-m", base_model_path(), "--ctx", "64", "-n", "4", "--backend",
+                           "cpu", "-q", "--chat-template", "none"},
+                          limits);
+  expect_success(r);
+  EXPECT_NE(r.out.find("[the message alone does not fit the context]"), std::string::npos) << r.describe();
+  EXPECT_EQ(r.err, "") << r.describe();
+}
+
+TEST(CliOptions, BenchmarksRejectBadValues) {
+  const std::string b = tiny_llm_bench_path();
+  const std::string k = tiny_llm_kernel_bench_path();
+  const std::string m = base_model_path();
+  ScratchDir dir;
+  auto bench = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {b, m, "--backend", "cpu", "-q"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  expect_all_fail("tiny_llm_bench", {
+      {bench({"-n", "0"}), {"--max-tokens"}},
+      {bench({"-n", "-1"}), {"--max-tokens"}},
+      {bench({"--iters", "0"}), {"--iters"}},
+      {bench({"--warmup", "-1"}), {"--warmup"}},
+      {bench({"--ctx", "0"}), {"--ctx"}},
+      {bench({"--context", "-1"}), {"--context"}},
+      {bench({"--context", "99999999999"}), {"--context"}},
+      {bench({"--backend", "tpu"}), {"--backend", "tpu"}},
+      {bench({"extra"}), {"extra"}},
+      {{b, dir.file("absent.gguf"), "--backend", "cpu", "-q"}, {dir.file("absent.gguf"), "cannot open"}},
+      // The prompt plus --max-tokens must fit: a benchmark always generates exactly -n tokens.
+      {bench({"--ctx", "16", "-n", "100"}), {"exceed the context of 16 tokens"}},
+      {bench({"--ctx", "32", "--context", "64", "-n", "1"}), {"exceed the context of 32 tokens"}},
+      {bench({"--raw", "-p", ""}), {"the prompt has no tokens"}},
+      {bench({"--soak-tokens", "0"}), {"--soak-tokens"}},
+      {bench({"--soak-tokens", "-1"}), {"--soak-tokens"}},
+      {bench({"--soak-tokens", "10", "--ctx", "8"}), {"the prompt does not fit the context"}},
+      {bench({"--profile", "--json"}), {"--profile"}},
+  });
+  expect_all_fail("tiny_llm_kernel_bench", {
+      {{k, "--reps", "0"}, {"--reps"}},
+      {{k, "--warmup", "-1"}, {"--warmup"}},
+      {{k, "--prefill", "1"}, {"--prefill"}},
+      {{k, "--contexts", "0"}, {"--contexts"}},
+      {{k, "--contexts", "16", "-5"}, {"--contexts"}},
+      {{k, "--flush-mb", "-1"}, {"--flush-mb"}},
+      {{k, "--backend", "tpu"}, {"--backend", "tpu"}},
+      {{k, dir.file("absent.gguf")}, {dir.file("absent.gguf"), "cannot open"}},
+  });
+}
+
+TEST(CliOptions, KernelBenchRunsAtSmallShapes) {
+  // Contexts and prefill rows below the position the rope/append cases write must still work.
+  const RunResult r = run({tiny_llm_kernel_bench_path(), base_model_path(), "--backend", "cpu", "--reps", "1",
+                           "--warmup", "0", "--flush-mb", "0", "--contexts", "16", "--prefill", "2", "--csv"});
+  expect_success(r);
+  EXPECT_NE(r.out.find("kv_append,"), std::string::npos) << r.describe();
+}
+
+}  // namespace
+}  // namespace tllm::test

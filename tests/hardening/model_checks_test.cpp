@@ -1,0 +1,290 @@
+// Model-level checks: files that are valid GGUF but not a usable model, made by rewriting the tiny
+// model with one thing wrong (a key missing, of the wrong type or out of range; a tensor missing or
+// mis-shaped; the vocabulary not matching the embedding; a special token id out of range; malformed
+// merges; an unusable tokenizer). Each must be rejected
+//   - in process, by the stage that owns the check (read_model_config, Model::load before it
+//     allocates anything on the backend, or Tokenizer::from_gguf), with a message naming the file;
+//   - by `tiny_llm generate` (exit code 1, one line naming the file and the problem), while
+//     `tiny_llm inspect` prints the file and exits 0 (with "not a runnable model: ..." when
+//     read_model_config rejects it).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "backend/backend.h"
+#include "hardening/hardening_util.h"
+#include "model/model.h"
+#include "model/tokenizer.h"
+
+namespace tllm::test {
+namespace {
+
+enum class Stage { Config, Load, Tokenizer };
+
+struct ModelCase {
+  std::string name;
+  ModelEdit edit;
+  Stage stage;
+  std::string needle;
+};
+
+ModelEdit set_key(const std::string& key, const GgufValue& v) {
+  ModelEdit e;
+  e.set_keys[key] = v;
+  return e;
+}
+
+ModelEdit drop_key(const std::string& key) {
+  ModelEdit e;
+  e.drop_keys.insert(key);
+  return e;
+}
+
+ModelEdit drop_tensor(const std::string& name) {
+  ModelEdit e;
+  e.drop_tensors.insert(name);
+  return e;
+}
+
+ModelEdit reshape(const std::string& name, std::vector<int64_t> dims) {
+  ModelEdit e;
+  e.reshape[name] = std::move(dims);
+  return e;
+}
+
+// A merge list that is valid apart from `bad` at index 1.
+ModelEdit merges_with(const std::string& bad) {
+  return set_key("tokenizer.ggml.merges", string_array_value({"\xc4\xa0 t", bad, "h e"}));
+}
+
+std::vector<ModelCase> model_cases(const GgufFile& base) {
+  const std::vector<std::string> tokens = base.get_string_array("tokenizer.ggml.tokens");
+  const std::vector<int64_t> types64 = base.get_int_array("tokenizer.ggml.token_type");
+  const std::vector<int32_t> types(types64.begin(), types64.end());
+  const size_t n = tokens.size();
+  const std::string nv = std::to_string(n);
+  const std::string a = "qwen2.";
+
+  std::vector<ModelCase> c;
+  auto add = [&](std::string name, ModelEdit e, Stage s, std::string needle) {
+    c.push_back({std::move(name), std::move(e), s, std::move(needle)});
+  };
+
+  // Hyper-parameters.
+  add("no-architecture", drop_key("general.architecture"), Stage::Config, "missing metadata key 'general.architecture'");
+  add("architecture-u32", set_key("general.architecture", u32_value(2)), Stage::Config,
+      "key 'general.architecture' has type u32, expected string");
+  add("architecture-unknown", set_key("general.architecture", string_value("gptj")), Stage::Config,
+      "unsupported architecture 'gptj'");
+  add("architecture-newline", set_key("general.architecture", string_value("qw\nen2")), Stage::Config,
+      "unsupported architecture 'qw\\x0aen2'");
+  for (const char* k : {"block_count", "embedding_length", "feed_forward_length", "attention.head_count",
+                        "context_length"}) {
+    add(std::string("no-") + k, drop_key(a + k), Stage::Config, "missing metadata key '" + a + k + "'");
+    add(std::string("zero-") + k, set_key(a + k, u32_value(0)), Stage::Config, "'" + a + k + "' = 0 is out of range");
+    add(std::string("negative-") + k, set_key(a + k, i32_value(-1)), Stage::Config,
+        "'" + a + k + "' = -1 is out of range");
+  }
+  add("zero-head_count_kv", set_key(a + "attention.head_count_kv", u32_value(0)), Stage::Config,
+      "'qwen2.attention.head_count_kv' = 0 is out of range");
+  add("huge-block_count", set_key(a + "block_count", u64_value(uint64_t(1) << 40)), Stage::Config,
+      "= 1099511627776 is out of range");
+  add("huge-embedding_length", set_key(a + "embedding_length", u32_value(1u << 20)), Stage::Config,
+      "= 1048576 is out of range");
+  add("huge-context_length", set_key(a + "context_length", u64_value(~uint64_t(0))), Stage::Config,
+      "does not fit in int64");
+  add("block_count-string", set_key(a + "block_count", string_value("2")), Stage::Config,
+      "key 'qwen2.block_count' has type string, expected an integer");
+  add("block_count-f32", set_key(a + "block_count", f32_value(2.0f)), Stage::Config,
+      "key 'qwen2.block_count' has type f32, expected an integer");
+  add("kv-heads-not-dividing", set_key(a + "attention.head_count_kv", u32_value(3)), Stage::Config,
+      "head_count_kv = 3 does not divide head_count = 4");
+  add("width-not-multiple-of-heads", set_key(a + "attention.head_count", u32_value(6)), Stage::Config,
+      "embedding_length = 64 is not a multiple of head_count = 6");
+  add("head-dim-one", set_key(a + "attention.head_count", u32_value(64)), Stage::Config, "head dimension 1");
+  add("partial-rope", set_key(a + "rope.dimension_count", u32_value(8)), Stage::Config, "partial rotary");
+  add("rope-theta-zero", set_key(a + "rope.freq_base", f32_value(0.0f)), Stage::Config, "rope.freq_base must be > 1");
+  add("rope-theta-nan", set_key(a + "rope.freq_base", f32_value(std::nanf(""))), Stage::Config,
+      "rope.freq_base must be > 1");
+  add("rms-eps-negative", set_key(a + "attention.layer_norm_rms_epsilon", f32_value(-1.0f)), Stage::Config,
+      "layer_norm_rms_epsilon must be in (0, 1]");
+
+  // The embedding and the vocabulary.
+  add("no-token-embd", drop_tensor("token_embd.weight"), Stage::Config, "missing tensor 'token_embd.weight'");
+  add("token-embd-1d", reshape("token_embd.weight", {64}), Stage::Config,
+      "tensor 'token_embd.weight' has shape {64}, expected {64, n_vocab}");
+  add("token-embd-narrow", reshape("token_embd.weight", {32, int64_t(n)}), Stage::Config,
+      "expected {64, n_vocab}");
+  add("vocab-more-rows", reshape("token_embd.weight", {64, int64_t(n) + 28}), Stage::Config,
+      "tokenizer.ggml.tokens has " + nv + " entries but token_embd.weight has " + std::to_string(n + 28) + " rows");
+  {
+    ModelEdit e;
+    e.set_keys["tokenizer.ggml.tokens"] = string_array_value({tokens.begin(), tokens.end() - 1});
+    e.set_keys["tokenizer.ggml.token_type"] = i32_array_value({types.begin(), types.end() - 1});
+    add("vocab-fewer-tokens", e, Stage::Config,
+        "tokenizer.ggml.tokens has " + std::to_string(n - 1) + " entries but token_embd.weight has " + nv + " rows");
+  }
+  add("tokens-ints", set_key("tokenizer.ggml.tokens", i32_array_value(types)), Stage::Config,
+      "key 'tokenizer.ggml.tokens' has type array of i32, expected array of string");
+  add("token-type-short", set_key("tokenizer.ggml.token_type", i32_array_value({types.begin(), types.end() - 1})),
+      Stage::Config, "tokenizer.ggml.token_type has " + std::to_string(n - 1) + " entries for " + nv + " tokens");
+  add("token-type-strings", set_key("tokenizer.ggml.token_type", string_array_value(tokens)), Stage::Config,
+      "key 'tokenizer.ggml.token_type' has type array of string, expected array of integers");
+  add("bos-out-of-range", set_key("tokenizer.ggml.bos_token_id", u32_value(uint32_t(n))), Stage::Config,
+      "tokenizer.ggml.bos_token_id = " + nv + " is outside the vocabulary");
+  add("eos-negative", set_key("tokenizer.ggml.eos_token_id", i32_value(-5)), Stage::Config,
+      "tokenizer.ggml.eos_token_id = -5 is outside the vocabulary");
+  add("eot-out-of-range", set_key("tokenizer.ggml.eot_token_id", u32_value(100000)), Stage::Config,
+      "tokenizer.ggml.eot_token_id = 100000 is outside the vocabulary");
+  add("padding-huge", set_key("tokenizer.ggml.padding_token_id", u64_value(uint64_t(1) << 40)), Stage::Config,
+      "tokenizer.ggml.padding_token_id = 1099511627776 is outside the vocabulary");
+  add("merge-two-spaces", merges_with("a  b"), Stage::Config, "tokenizer.ggml.merges entry 1 ('a  b')");
+  add("merge-no-space", merges_with("ab"), Stage::Config, "tokenizer.ggml.merges entry 1 ('ab')");
+  add("merge-leading-space", merges_with(" ab"), Stage::Config, "tokenizer.ggml.merges entry 1 (' ab')");
+  add("merge-trailing-space", merges_with("ab "), Stage::Config, "tokenizer.ggml.merges entry 1 ('ab ')");
+  add("merge-three-parts", merges_with("a b c"), Stage::Config, "tokenizer.ggml.merges entry 1 ('a b c')");
+  add("merge-empty", merges_with(""), Stage::Config, "tokenizer.ggml.merges entry 1 ('')");
+  add("merges-ints", set_key("tokenizer.ggml.merges", i32_array_value({1, 2})), Stage::Config,
+      "key 'tokenizer.ggml.merges' has type array of i32, expected array of string");
+
+  // Tensors (checked by Model::load before anything is allocated).
+  add("no-ffn-down", drop_tensor("blk.1.ffn_down.weight"), Stage::Load, "missing tensor 'blk.1.ffn_down.weight'");
+  add("no-output-norm", drop_tensor("output_norm.weight"), Stage::Load, "missing tensor 'output_norm.weight'");
+  add("no-k-bias", drop_tensor("blk.0.attn_k.bias"), Stage::Load, "missing tensor 'blk.0.attn_k.bias'");
+  add("more-layers-than-tensors", set_key(a + "block_count", u32_value(3)), Stage::Load,
+      "missing tensor 'blk.2.attn_norm.weight'");
+  add("q-misshaped", reshape("blk.0.attn_q.weight", {64, 32}), Stage::Load,
+      "tensor 'blk.0.attn_q.weight' has shape {64, 32}, expected {64, 64}");
+  add("q-3d", reshape("blk.0.attn_q.weight", {64, 64, 1}), Stage::Load,
+      "tensor 'blk.0.attn_q.weight' has shape {64, 64, 1}, expected {64, 64}");
+  add("up-misshaped", reshape("blk.1.ffn_up.weight", {64, 128}), Stage::Load,
+      "tensor 'blk.1.ffn_up.weight' has shape {64, 128}, expected {64, 256}");
+  add("norm-misshaped", reshape("blk.0.attn_norm.weight", {32}), Stage::Load,
+      "tensor 'blk.0.attn_norm.weight' has shape {32}, expected {64}");
+  add("v-bias-misshaped", reshape("blk.0.attn_v.bias", {64}), Stage::Load,
+      "tensor 'blk.0.attn_v.bias' has shape {64}, expected {32}");
+  add("n-ff-mismatch", set_key(a + "feed_forward_length", u32_value(512)), Stage::Load,
+      "tensor 'blk.0.ffn_gate.weight' has shape {64, 256}, expected {64, 512}");
+  add("kv-heads-mismatch", set_key(a + "attention.head_count_kv", u32_value(4)), Stage::Load,
+      "tensor 'blk.0.attn_k.weight' has shape {64, 32}, expected {64, 64}");
+  {
+    ModelEdit e;
+    e.retype["blk.0.attn_output.weight"] = GgmlType::Q8_1;
+    add("type-without-dequantisation", e, Stage::Load, "tensor 'blk.0.attn_output.weight' has unsupported type Q8_1");
+  }
+  {
+    ModelEdit e;
+    e.add_tensors["output.weight"] = {GgmlType::F16, {64, 100}};
+    add("output-misshaped", e, Stage::Load, "tensor 'output.weight' has shape {64, 100}, expected {64, " + nv + "}");
+  }
+
+  // The tokenizer itself.
+  add("no-tokenizer-model", drop_key("tokenizer.ggml.model"), Stage::Tokenizer, "missing tokenizer.ggml.model");
+  add("tokenizer-llama", set_key("tokenizer.ggml.model", string_value("llama")), Stage::Tokenizer,
+      "only 'gpt2' (byte-level BPE) is supported");
+  add("tokenizer-model-u32", set_key("tokenizer.ggml.model", u32_value(1)), Stage::Tokenizer,
+      "key 'tokenizer.ggml.model' has type u32, expected string");
+  add("pre-unknown", set_key("tokenizer.ggml.pre", string_value("bogus")), Stage::Tokenizer,
+      "tokenizer.ggml.pre 'bogus' is not supported");
+  add("no-merges", drop_key("tokenizer.ggml.merges"), Stage::Tokenizer, "missing tokenizer.ggml.merges");
+  {
+    ModelEdit e = drop_key("tokenizer.ggml.tokens");
+    e.drop_keys.insert("tokenizer.ggml.token_type");
+    add("no-tokens", e, Stage::Tokenizer, "missing tokenizer.ggml.tokens");
+  }
+  {
+    // Most byte tokens renamed: not a byte-level vocabulary (ids 0..255 are the byte tokens).
+    std::vector<std::string> t = tokens;
+    for (size_t i = 0; i < 200; ++i) t[i] = "[R" + std::to_string(i) + "]";
+    add("no-byte-tokens", set_key("tokenizer.ggml.tokens", string_array_value(t)), Stage::Tokenizer,
+        "of the 256 bytes; not a byte-level BPE vocabulary");
+  }
+  add("add-bos-u32", set_key("tokenizer.ggml.add_bos_token", u32_value(1)), Stage::Tokenizer,
+      "key 'tokenizer.ggml.add_bos_token' has type u32, expected bool");
+  return c;
+}
+
+TEST(ModelChecks, AnUneditedRewriteRuns) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string path = dir.file("rewritten.gguf");
+  write_edited(*base, path, merges_with("Hel lo"));
+  const std::vector<RunResult> r = run_all({inspect_command(path), generate_command(path)});
+  expect_success(r[0]);
+  EXPECT_TRUE(expect_inspect_outcome(r[0], path));
+  expect_success(r[1]);
+}
+
+TEST(ModelChecks, EveryViolationIsRejectedInProcessBeforeAllocating) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  for (const ModelCase& c : model_cases(*base)) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.file(c.name + ".gguf");
+    write_edited(*base, path, c.edit);
+    auto f = GgufFile::open(path);
+    auto expect_message = [&](const std::exception& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(msg.rfind(path + ": ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(c.needle), std::string::npos) << "expected '" << c.needle << "' in: " << msg;
+      EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+    };
+    if (c.stage == Stage::Config) {
+      try {
+        read_model_config(*f);
+        ADD_FAILURE() << "read_model_config accepted the file";
+      } catch (const ModelError& e) {
+        expect_message(e);
+      } catch (const GgufError& e) {
+        expect_message(e);
+      }
+      continue;
+    }
+    EXPECT_NO_THROW(read_model_config(*f));
+    if (c.stage == Stage::Load) {
+      auto be = create_backend("cpu");
+      LoadOptions opt;
+      try {
+        Model::load(*f, *be, opt);
+        ADD_FAILURE() << "Model::load accepted the file";
+      } catch (const ModelError& e) {
+        expect_message(e);
+      }
+      EXPECT_EQ(be->memory_info().peak_bytes, 0u) << "Model::load allocated before rejecting the file";
+    } else {
+      try {
+        Tokenizer::from_gguf(*f);
+        ADD_FAILURE() << "Tokenizer::from_gguf accepted the file";
+      } catch (const TokenizerError& e) {
+        expect_message(e);
+      }
+    }
+  }
+}
+
+TEST(ModelChecks, EveryViolationFailsTheProgramsCleanly) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::vector<ModelCase> cases = model_cases(*base);
+  std::vector<std::vector<std::string>> commands;
+  for (const ModelCase& c : cases) {
+    const std::string path = dir.file(c.name + ".gguf");
+    write_edited(*base, path, c.edit);
+    commands.push_back(inspect_command(path));
+    commands.push_back(generate_command(path));
+  }
+  const std::vector<RunResult> r = run_all(commands);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = dir.file(cases[i].name + ".gguf");
+    SCOPED_TRACE(cases[i].name);
+    EXPECT_TRUE(expect_inspect_outcome(r[2 * i], path)) << "inspect must show a valid GGUF file";
+    if (cases[i].stage == Stage::Config) {
+      EXPECT_NE(r[2 * i].out.find("not a runnable model: "), std::string::npos) << r[2 * i].describe();
+    }
+    expect_clean_failure(r[2 * i + 1], "tiny_llm", {path, cases[i].needle});
+  }
+}
+
+}  // namespace
+}  // namespace tllm::test
