@@ -105,6 +105,20 @@ void BM_TokenizeMixed1MB(benchmark::State& state) {
 }
 BENCHMARK(BM_TokenizeMixed1MB)->Unit(benchmark::kMillisecond);
 
+// Loading the 151k-token Qwen2 vocabulary and its 151k merges from vocab.json + merges.txt.
+void BM_LoadQwen2Vocabulary(benchmark::State& state) {
+  const std::string dir = std::string(TLLM_SHARED_DIR) + "/data/qwen2-tokenizer";
+  if (!std::ifstream(dir + "/vocab.json").good()) {
+    state.SkipWithError("Qwen2 vocabulary not found (../shared/data/qwen2-tokenizer)");
+    return;
+  }
+  for (auto _ : state) {
+    auto tok = tllm::Tokenizer::from_hf_folder(dir, "qwen2", {{"<|endoftext|>", 151643, tllm::TokenType::Control}});
+    benchmark::DoNotOptimize(tok.get());
+  }
+}
+BENCHMARK(BM_LoadQwen2Vocabulary)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -10,3 +10,6 @@ bash scripts/build.sh
 bash scripts/fetch-model.sh >/dev/null
 cd build
 ctest --output-on-failure -j"$(nproc)" --timeout 900
+cd "$root"
+# The CPU suites again under AddressSanitizer + UndefinedBehaviorSanitizer.
+bash scripts/sanitize.sh

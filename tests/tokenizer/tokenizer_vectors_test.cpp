@@ -94,13 +94,12 @@ const Tokenizer& qwen2() {
   return *tok;
 }
 
-TEST(TokenizerVectors, Qwen2LoadsQuickly) {
+// Loading speed is measured by bench/tokenizer_bench.cpp, not asserted here.
+TEST(TokenizerVectors, Qwen2LoadsFromHuggingFaceFiles) {
   REQUIRE_DATA(kQwen2Dir + "/vocab.json");
-  const auto t0 = std::chrono::steady_clock::now();
   auto tok = Tokenizer::from_hf_folder(kQwen2Dir, "qwen2", {{"<|endoftext|>", 151643, TokenType::Control}});
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_EQ(tok->n_vocab(), 151644);
-  EXPECT_LT(s, 1.0) << "loading the 151k-token vocabulary took " << s << " s";
+  EXPECT_EQ(tok->find_token("<|endoftext|>"), 151643);
 }
 
 TEST(TokenizerVectors, Qwen2) {
