@@ -1,24 +1,30 @@
 // Matmul kernels: y = x · Wᵀ (+ bias), or y += with `accumulate`, with MatmulDesc's two fusions
 // (rmsnorm prologue, SwiGLU epilogue). W is (n, k); x is (m, k) fp16; y is (m, n) fp32.
 //
-// Decode (m = 1) streams every weight once and is bound by memory bandwidth:
-//   w8a16_matmul_m1  W8 weights. x (k fp16 values, or the rmsnorm prologue's fp16 output) is staged
-//                    once per block in shared memory as fp32. A warp owns one output row (two with
-//                    SwiGLU: gate row j and up row j + n/2, which share every x read); each lane reads
-//                    16-byte vectors of 16 int8 weights, so one load of a warp covers 512 contiguous
-//                    bytes of the row. Where there are few, long rows (n = 896, k = 4864) up to 8 warps
-//                    of a block split one row's k ("slices") and add their sums in shared memory in a
-//                    fixed order, so that enough warps stream at once. A lane requests all its vectors
-//                    of a row at once (up to 4 per row), and the first ones before the kernel waits for
-//                    the previous one (weights do not depend on it: programmatic dependent launch);
-//                    the bias and the y being accumulated into are requested when a row starts.
-//                    int8 → fp32 is one byte permute and one subtract (the 2^23 magic number); the
-//                    16 products of a vector are summed in fp32 and scaled by their group's scale.
+// Decode (m = 1) streams every weight once. At the model's sizes (1 to 9 MB per matrix) the time is
+// set less by bandwidth than by how early the weights are requested, so the kernels are shaped to
+// have the weights in flight before the previous kernel has finished:
+//   w8a16_matmul_m1  W8 weights. A warp owns one output row (two weight rows with SwiGLU: gate row j
+//                    and up row j + n/2, which share every x read); each lane reads 16-byte vectors of
+//                    16 int8 weights, so one load of a warp covers 512 contiguous bytes of a row. Long
+//                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
+//                    shared memory in a fixed order, as many as keep the grid within two blocks per
+//                    multiprocessor (ffn_down, n = 896, k = 4864: 2 warps per row, 224 blocks), which
+//                    leaves room beside it for the next kernel's blocks. A lane requests all its
+//                    vectors of a row at once (up to 8), before the kernel waits for the previous one
+//                    (weights do not depend on it: programmatic dependent launch). x (k fp16 values,
+//                    or the rmsnorm prologue's fp16 output) is then staged once per block in shared
+//                    memory as fp32, every load of a thread issued before the first store; the bias
+//                    and the y being accumulated into are requested when a row starts. int8 → fp32 is
+//                    one byte permute and one subtract (the 2^23 magic number); the 16 products of a
+//                    vector are summed in fp32, one 4-value unit of x at a time, and scaled by their
+//                    group's scale.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector.
 // Both launch at most the blocks that fit on the GPU at once; a block then walks its rows with the
-// grid as stride, staging x once. The x values in shared memory are laid out so that the 8 lanes of
-// a quarter-warp read 8 different bank groups (see x_unit).
+// grid as stride (the lm_head, and part of ffn_gate_up's 4864 rows), staging x once. The x values
+// in shared memory are laid out so that the 8 lanes of a quarter-warp read 8 different bank groups
+// (see x_unit).
 //
 // Prefill (m > 1) is bound by arithmetic:
 //   matmul_prefill   64x64 output tiles, 4 warps of 32x32, mma.sync m16n8k16 (fp16 in, fp32 out),
@@ -39,10 +45,11 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
-// Blocks per multiprocessor the register budget must allow: 4 (32 warps) lets the decode matrices of
-// the model run in one wave; the SwiGLU form with long rows holds twice the vectors and gets 2.
-constexpr int gemv_min_blocks(bool pair, int batch) { return pair && batch == 4 ? 2 : 4; }
+// Blocks per multiprocessor the register budget must allow, from the 16-byte weight vectors a lane
+// holds at once: up to 4 leave room for 4 blocks (64 registers), more get 2 (128).
+constexpr int gemv_min_blocks(int vectors) { return vectors <= 4 ? 4 : 2; }
 constexpr int kNormUnits = 2;  // prologue: 4-value units per thread held in registers (k <= 2048)
+constexpr int kStageBatch = 8;  // x staging: 4-value units per thread loaded before any is stored
 
 struct GemvArgs {
   const int8_t* q = nullptr;       // W8: (n, k)
@@ -79,7 +86,9 @@ __device__ __forceinline__ int x_unit(int c, int j) {
 
 __device__ __forceinline__ float round_half(float v) { return __half2float(__float2half_rn(v)); }
 
-// Writes x (or the rmsnorm prologue's fp16 values) as fp32 into xs, zero past k. Block-wide.
+// Writes x (or the rmsnorm prologue's fp16 values) as fp32 into xs, zero past k. Block-wide. Every
+// global load a thread makes is issued before the first value is stored, so staging costs one
+// trip to memory (the prologue's block sum adds a barrier).
 template <bool kW8>
 __device__ void stage_x(const GemvArgs& a, float4* xs) {
   constexpr int kUnits = kW8 ? 4 : 2;  // units per weight vector
@@ -130,24 +139,30 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
       for (int i = 0; i < 4; ++i) t[i] = e + i < a.k ? round_half(a.norm_x[e + i] * inv * a.norm_w[e + i]) : 0.f;
       xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(t[0], t[1], t[2], t[3]);
     }
+  } else if (a.k % 4 == 0 && aligned_to(a.x, 8)) {
+    for (int base = 0; base < units; base += kStageBatch * int(blockDim.x)) {
+      uint2 raw[kStageBatch];
+#pragma unroll
+      for (int i = 0; i < kStageBatch; ++i) {
+        const int e = 4 * (base + i * int(blockDim.x) + int(threadIdx.x));
+        raw[i] = e < a.k ? *reinterpret_cast<const uint2*>(a.x + e) : make_uint2(0u, 0u);  // 0 is +0.0 in fp16
+      }
+#pragma unroll
+      for (int i = 0; i < kStageBatch; ++i) {
+        const int u = base + i * int(blockDim.x) + int(threadIdx.x);
+        if (u < units) {
+          const float2 lo = half2_bits_to_float2(raw[i].x), hi = half2_bits_to_float2(raw[i].y);
+          xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(lo.x, lo.y, hi.x, hi.y);
+        }
+      }
+    }
   } else {
-    const bool vec = a.k % 4 == 0 && aligned_to(a.x, 8);
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       const int e = 4 * u;
-      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (vec) {
-        if (e < a.k) {
-          const uint2 raw = *reinterpret_cast<const uint2*>(a.x + e);
-          const float2 lo = half2_bits_to_float2(raw.x), hi = half2_bits_to_float2(raw.y);
-          o = make_float4(lo.x, lo.y, hi.x, hi.y);
-        }
-      } else {
-        float t[4];
+      float t[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) t[i] = e + i < a.k ? __half2float(a.x[e + i]) : 0.f;
-        o = make_float4(t[0], t[1], t[2], t[3]);
-      }
-      xs[x_unit<kW8>(u / kUnits, u % kUnits)] = o;
+      for (int i = 0; i < 4; ++i) t[i] = e + i < a.k ? __half2float(a.x[e + i]) : 0.f;
+      xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(t[0], t[1], t[2], t[3]);
     }
   }
 }
@@ -185,9 +200,12 @@ struct GemvBatch {
 };
 
 // Weight row r of output row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row (r = 1).
-__device__ __forceinline__ int64_t weight_row(const GemvArgs& a, int row, int r) { return row + r * a.pair_offset; }
+__device__ __forceinline__ int64_t weight_row(const GemvArgs& a, int row, int r) {
+  return row + int64_t(r) * a.pair_offset;
+}
 
-// Vector c of batch b for a lane: c = first + step · (b · kBatch + i), i < kBatch.
+// Vector c of batch b for a lane: c = first + step · (b · kBatch + i), i < kBatch. Rows past the
+// last and vectors past the row's end read nothing and count as zeros.
 template <bool kW8, int kRows, int kBatch>
 __device__ __forceinline__ void gemv_load(const GemvArgs& a, int row, int batch, int first, int step,
                                           GemvBatch<kRows, kBatch>& r) {
@@ -221,17 +239,22 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
     const int c = first + step * (batch * kBatch + i);
     if (c < a.chunks) {
       if constexpr (kW8) {
-        float4 x[4];
+        // One 4-value unit of x at a time, used by every row: few registers besides the weights.
+        float d[kRows];
+        float4 x = xs[x_unit<true>(c, 0)];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) x[j] = xs[x_unit<true>(c, j)];
+        for (int p = 0; p < kRows; ++p) d[p] = dot_i8x4(r.w[p][i].x, x, 0.f);
+        x = xs[x_unit<true>(c, 1)];
+#pragma unroll
+        for (int p = 0; p < kRows; ++p) d[p] = dot_i8x4(r.w[p][i].y, x, d[p]);
+        x = xs[x_unit<true>(c, 2)];
+#pragma unroll
+        for (int p = 0; p < kRows; ++p) d[p] = dot_i8x4(r.w[p][i].z, x, d[p]);
+        x = xs[x_unit<true>(c, 3)];
 #pragma unroll
         for (int p = 0; p < kRows; ++p) {
-          const uint4 w = r.w[p][i];
-          float d = dot_i8x4(w.x, x[0], 0.f);
-          d = dot_i8x4(w.y, x[1], d);
-          d = dot_i8x4(w.z, x[2], d);
-          d = dot_i8x4(w.w, x[3], d);
-          acc[p] = fmaf(d, r.scale[p][i], acc[p]);
+          d[p] = dot_i8x4(r.w[p][i].w, x, d[p]);
+          acc[p] = fmaf(d[p], r.scale[p][i], acc[p]);
         }
       } else {
         const float4 x0 = xs[x_unit<false>(c, 0)], x1 = xs[x_unit<false>(c, 1)];
@@ -255,10 +278,10 @@ struct GemvEpilogueInputs {
 
 template <int kRows>
 __device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
-  e.y = 0.f;
+  const bool mine = writer && row < a.rows;
 #pragma unroll
-  for (int p = 0; p < kRows; ++p) e.bias[p] = writer && row < a.rows && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
-  if (kRows == 1 && writer && row < a.rows && a.accumulate) e.y = a.y[row];
+  for (int p = 0; p < kRows; ++p) e.bias[p] = mine && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
+  e.y = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
 }
 
 // Adds up a row's sums (lanes, then slices in order) and writes the output. Block-wide when the
@@ -286,7 +309,8 @@ __device__ __forceinline__ void gemv_finish(const GemvArgs& a, int row, int warp
     }
     __syncthreads();
   }
-  if (slice != 0 || lane != 0 || row >= a.rows) return;
+  if (slice != 0 || lane != 0) return;
+  if (row >= a.rows) return;
   if constexpr (kRows == 1) {
     const float r = v[0] + e.bias[0];
     a.y[row] = a.accumulate ? e.y + r : r;
@@ -319,8 +343,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
 
   const bool writer = slice == 0 && lane == 0;
   // Every warp of the block takes the same number of steps (the loop bound is the block's first
-  // row), so the barriers inside gemv_finish are reached by all. Other warps hide a warp's load
-  // latency: the register budget goes to occupancy rather than to a second batch in flight.
+  // row), so the barriers inside gemv_finish are reached by all.
   for (int block_row = blockIdx.x * rows_per_block; block_row < a.rows; block_row += row_step, row += row_step) {
     GemvEpilogueInputs<kRows> epi;
     gemv_epilogue_inputs<kRows>(a, row, writer, epi);
@@ -335,27 +358,50 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   }
 }
 
-// kPair: the SwiGLU form (gate and up row per output). kBatch: vectors per lane in flight per row
-// (2 for short rows, 4 for long ones).
+// kPair: the SwiGLU form (gate and up row per output). kBatch: vectors per lane and weight row in
+// flight (2, 4 or 8).
 template <bool kPair, int kBatch>
-__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks(kPair, kBatch)) w8a16_matmul_m1(const GemvArgs a) {
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks((kPair ? 2 : 1) * kBatch))
+    w8a16_matmul_m1(const GemvArgs a) {
   gemv<true, kPair, kBatch>(a);
 }
 
 template <bool kPair, int kBatch>
-__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks(kPair, kBatch)) fp16_matmul_m1(const GemvArgs a) {
+__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks((kPair ? 2 : 1) * kBatch))
+    fp16_matmul_m1(const GemvArgs a) {
   gemv<false, kPair, kBatch>(a);
 }
 
 using GemvKernel = void (*)(GemvArgs);
 
-GemvKernel gemv_kernel(bool w8, bool pair, bool long_rows) {
-  if (w8) {
-    if (pair) return long_rows ? w8a16_matmul_m1<true, 4> : w8a16_matmul_m1<true, 2>;
-    return long_rows ? w8a16_matmul_m1<false, 4> : w8a16_matmul_m1<false, 2>;
-  }
-  if (pair) return long_rows ? fp16_matmul_m1<true, 4> : fp16_matmul_m1<true, 2>;
-  return long_rows ? fp16_matmul_m1<false, 4> : fp16_matmul_m1<false, 2>;
+template <bool kPair, int kBatch>
+GemvKernel gemv_kernel_of(bool w8) {
+  return w8 ? w8a16_matmul_m1<kPair, kBatch> : fp16_matmul_m1<kPair, kBatch>;
+}
+
+GemvKernel gemv_kernel(bool w8, bool pair, int batch) {
+  if (batch <= 2) return pair ? gemv_kernel_of<true, 2>(w8) : gemv_kernel_of<false, 2>(w8);
+  if (batch <= 4) return pair ? gemv_kernel_of<true, 4>(w8) : gemv_kernel_of<false, 4>(w8);
+  return pair ? gemv_kernel_of<true, 8>(w8) : gemv_kernel_of<false, 8>(w8);
+}
+
+// Launch shape of matmul_m1 for a matrix (see the top of the file).
+struct GemvPlan {
+  int slices = 1;  // warps per row
+  int batch = 2;   // vectors per lane and weight row in flight
+};
+
+GemvPlan gemv_plan(int rows, int chunks, int sm_count) {
+  GemvPlan p;
+  // Long rows are split over several warps while each lane keeps at least two vectors of the row
+  // and the grid stays within two blocks per multiprocessor: ffn_down (896 rows of 304 vectors)
+  // gets 2 warps per row, 224 blocks, and has all its weights in flight at once.
+  const int64_t target_warps = 2 * int64_t(kGemvWarps) * sm_count;
+  while (p.slices < kGemvWarps && chunks >= 2 * 32 * (2 * p.slices) && int64_t(rows) * (2 * p.slices) <= target_warps)
+    p.slices *= 2;
+  const int64_t per_lane = ceil_div(chunks, 32 * p.slices);
+  p.batch = per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 8;
+  return p;
 }
 
 // Shared memory of the staged x: one fp32 per value of a padded row.
@@ -592,8 +638,8 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
                    " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(smem_optin_));
   const bool w8 = w.type() == WeightType::W8;
   for (bool pair : {false, true}) {
-    for (bool long_rows : {false, true}) {
-      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel(w8, pair, long_rows), cudaFuncAttributeMaxDynamicSharedMemorySize,
+    for (int batch : {2, 4, 8}) {
+      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel(w8, pair, batch), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                       int(smem_optin_)));
     }
   }
@@ -620,16 +666,11 @@ void CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   a.out16 = reinterpret_cast<__half*>(d.out16);
   a.accumulate = d.accumulate;
 
-  // Split rows over several warps while that keeps at least two full loads per lane and there are
-  // fewer than 16 warps per multiprocessor.
-  int slices = 1;
-  while (slices < kGemvWarps && a.chunks >= 2 * 32 * (2 * slices) && int64_t(a.rows) * slices < 16 * int64_t(sm_count_))
-    slices *= 2;
-  a.slices = slices;
-  const bool long_rows = ceil_div(a.chunks, 32 * slices) > 2;  // more than 2 vectors per lane
-  const GemvKernel kernel = gemv_kernel(w8, pair, long_rows);
+  const GemvPlan plan = gemv_plan(a.rows, a.chunks, sm_count_);
+  a.slices = plan.slices;
+  const GemvKernel kernel = gemv_kernel(w8, pair, plan.batch);
   const size_t smem = gemv_smem(w);
-  const int rows_per_block = kGemvWarps / slices;
+  const int rows_per_block = kGemvWarps / plan.slices;
   const int64_t blocks = std::min<int64_t>(
       ceil_div(a.rows, rows_per_block),
       int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), kGemvThreads, smem)) * sm_count_);
