@@ -33,7 +33,9 @@
 //                    scaled per column in fp32, so the weights are never rounded. The SwiGLU form
 //                    interleaves gate and up rows in the tile's columns, so each thread holds the gate
 //                    and up value of the same output. The rmsnorm prologue runs first, as the rmsnorm
-//                    kernel into a workspace.
+//                    kernel into a workspace. When the output tiles alone would leave SMs idle (a
+//                    short prompt against n = 896), k is split over blockIdx.z and the partial sums are
+//                    added into y atomically (y zeroed first unless accumulating).
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend_impl.cuh"
@@ -427,6 +429,7 @@ struct GemmArgs {
   int n_out = 0;                   // output columns: n, or n / 2 with SwiGLU
   bool accumulate = false;
   bool x_vec = false;              // every x row starts 16-byte aligned (k % 8 == 0, aligned base)
+  int k_tiles_per_split = 0;       // split-K: blockIdx.z covers this many k tiles (0: all of k)
 };
 
 // Widens 4 int8 values (signed bytes of w) to 4 exact fp16 values (2 half2 words): each byte with
@@ -457,6 +460,9 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
   const int row0 = blockIdx.y * kTileM;
   const int col0 = blockIdx.x * (kSwiGLU ? kTileN / 2 : kTileN);  // first output column
   const int k_tiles = kW8 ? a.k / kTileK : (a.k_pad + kTileK - 1) / kTileK;
+  // Split-K: this block's share of k (gridDim.z > 1 only without SwiGLU; partial sums are added).
+  const int kt0 = a.k_tiles_per_split > 0 ? int(blockIdx.z) * a.k_tiles_per_split : 0;
+  const int kt1 = a.k_tiles_per_split > 0 ? min(k_tiles, kt0 + a.k_tiles_per_split) : k_tiles;
 
   // Tile column c computes weight row weight_row(c). SwiGLU: even columns gate rows, odd up rows.
   auto weight_row = [&](int c) { return kSwiGLU ? col0 + (c >> 1) + ((c & 1) ? a.n_out : 0) : col0 + c; };
@@ -509,22 +515,22 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
 
   // Weights of the first tile before the dependency wait; x after it.
   if constexpr (kW8) {
-    fetch_w8(0);
+    fetch_w8(kt0);
   } else {
-    load_w16(0, 0);
+    load_w16(kt0, 0);
   }
   grid_dependency_wait();
   allow_dependent_launch();
-  load_x(0, 0);
+  load_x(kt0, 0);
   cp_async_commit();
   if constexpr (kW8) store_w8(0);
   cp_async_wait<0>();
   __syncthreads();
 
   float acc[2][4][4] = {};  // [m16 tile][n8 tile][fragment]
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int st = kt & 1;
-    const bool more = kt + 1 < k_tiles;
+  for (int kt = kt0; kt < kt1; ++kt) {
+    const int st = (kt - kt0) & 1;
+    const bool more = kt + 1 < kt1;
     if (more) {
       load_x(kt + 1, st ^ 1);
       if constexpr (kW8) {
@@ -598,9 +604,15 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
           for (int e = 0; e < 2; ++e) {
             const int col = col0 + c + e;
             if (col >= a.n) continue;
-            const float v = acc[mt][nt][2 * h + e] + (a.bias ? a.bias[col] : 0.f);
+            // With split-K the first split adds the bias and every split adds into y (zeroed by
+            // the host first unless accumulating).
+            const float v = acc[mt][nt][2 * h + e] + (a.bias && blockIdx.z == 0 ? a.bias[col] : 0.f);
             float* y = a.y + int64_t(row) * a.n + col;
-            *y = a.accumulate ? *y + v : v;
+            if (a.k_tiles_per_split > 0) {
+              atomicAdd(y, v);
+            } else {
+              *y = a.accumulate ? *y + v : v;
+            }
           }
         }
       }
@@ -696,7 +708,21 @@ void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w
   a.accumulate = d.accumulate;
   a.x_vec = a.k % 8 == 0 && aligned_to(x, 16);
   const int cols_per_tile = swiglu ? kTileN / 2 : kTileN;
-  const dim3 grid(unsigned(ceil_div(a.n_out, cols_per_tile)), unsigned(ceil_div(a.m, kTileM)));
+  dim3 grid(unsigned(ceil_div(a.n_out, cols_per_tile)), unsigned(ceil_div(a.m, kTileM)));
+  // A short prompt gives few output tiles (N = 896 at m <= 64: 14 blocks for 132 SMs): split k so
+  // that about two blocks per SM run, each covering at least 4 k tiles. SwiGLU needs the whole sum
+  // before its nonlinearity and is never split (its n is large anyway).
+  const int k_tiles = w8 ? a.k / kTileK : int(ceil_div(a.k_pad, kTileK));
+  const int64_t tiles = int64_t(grid.x) * grid.y;
+  const int64_t want = ceil_div(int64_t(2) * sm_count_, tiles);
+  if (!swiglu && want > 1 && k_tiles >= 8) {
+    const int splits = int(std::min<int64_t>(want, k_tiles / 4));
+    a.k_tiles_per_split = int(ceil_div(k_tiles, splits));
+    grid.z = unsigned(ceil_div(k_tiles, a.k_tiles_per_split));  // every split has at least one tile
+    if (!a.accumulate) {
+      CUDA_CHECK(cudaMemsetAsync(a.y, 0, size_t(a.m) * size_t(a.n) * sizeof(float), stream_.get()));
+    }
+  }
   launch(gemm_kernel(w8, swiglu), grid, dim3(kGemmThreads), 0, a);
 }
 
