@@ -102,6 +102,18 @@ struct StdoutStream {
   }
 };
 
+// Generates a reply to `ids`, printing it as it comes, and ends the line.
+GenerationResult stream_reply(Session& session, const Tokenizer& tok, const std::vector<int32_t>& ids, int max_tokens) {
+  StdoutStream out(tok);
+  GenerateOptions g;
+  g.max_tokens = max_tokens;
+  GenerationResult r = session.generate(ids, g, [&](int32_t id) { return out(id); });
+  out.finish();
+  std::printf("\n");
+  std::fflush(stdout);
+  return r;
+}
+
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw AppError(path + ": cannot open the file");
@@ -130,12 +142,7 @@ int cmd_generate(RunOptions& o, const std::string& prompt, bool chat) {
   }
   const Tokenizer& tok = *lm.tokenizer;
   Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
-  StdoutStream out(tok);
-  GenerateOptions g;
-  g.max_tokens = o.max_tokens;
-  GenerationResult r = session.generate(ids, g, [&](int32_t id) { return out(id); });
-  out.finish();
-  std::printf("\n");
+  const GenerationResult r = stream_reply(session, tok, ids, o.max_tokens);
   if (r.stop == StopReason::ContextFull) {
     std::fprintf(stderr, "tiny_llm: the context of %d tokens is full; generation stopped\n", lm.model->n_ctx());
   }
@@ -195,13 +202,7 @@ int cmd_chat(RunOptions& o) {
       }
     }
     cached = render_chat(fmt, msgs, true);
-    StdoutStream out(tok);
-    GenerateOptions g;
-    g.max_tokens = o.max_tokens;
-    GenerationResult r = session.generate(ids, g, [&](int32_t id) { return out(id); });
-    out.finish();
-    std::printf("\n");
-    std::fflush(stdout);
+    const GenerationResult r = stream_reply(session, tok, ids, o.max_tokens);
     std::string reply;
     for (int32_t id : r.tokens) reply += tok.token_bytes(id);
     cached += reply;
