@@ -33,13 +33,6 @@ void Progress::update(size_t done, size_t total) {
   std::fflush(stderr);
 }
 
-namespace {
-std::string human_bytes(size_t b) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1024.0 * 1024.0));
-  return buf;
-}
-}  // namespace
 
 LoadedModel load_model(const ModelRequest& req) {
   LoadedModel lm;
@@ -56,16 +49,8 @@ LoadedModel load_model(const ModelRequest& req) {
   opt.max_batch = req.max_batch;
   const ModelFootprint need = Model::footprint(cfg, opt);
   const MemoryInfo mem = lm.backend->memory_info();
-  if (mem.device_total > 0) {
-    const size_t free_bytes = mem.device_total > mem.device_used ? mem.device_total - mem.device_used : 0;
-    if (need.total() > free_bytes) {
-      throw AppError(req.path + ": the model needs " + human_bytes(need.total()) + " on " + be_name + " (weights " +
-                     human_bytes(need.weight_bytes) + ", KV cache " + human_bytes(need.kv_cache_bytes) + " for " +
-                     std::to_string(std::min(req.n_ctx, cfg.n_ctx_train)) + " tokens, activations " +
-                     human_bytes(need.activation_bytes) + ") but only " + human_bytes(free_bytes) +
-                     " is free; try a smaller --ctx");
-    }
-  }
+  const std::string too_big = fit_error(need, mem, be_name, std::min(req.n_ctx, cfg.n_ctx_train));
+  if (!too_big.empty()) throw AppError(req.path + ": " + too_big);
   Progress progress("loading " + std::filesystem::path(req.path).filename().string() + " onto " + be_name, req.quiet);
   opt.progress = [&](size_t done, size_t total) { progress.update(done, total); };
   lm.model = Model::load(*lm.file, *lm.backend, opt);

@@ -114,6 +114,20 @@ HostWeights stack_rows(const std::vector<HostWeights>& parts) {
 
 }  // namespace
 
+std::string fit_error(const ModelFootprint& need, const MemoryInfo& mem, const std::string& device, int n_ctx) {
+  if (mem.device_total == 0) return "";
+  const size_t free_bytes = mem.device_total > mem.device_used ? mem.device_total - mem.device_used : 0;
+  if (need.total() <= free_bytes) return "";
+  auto mib = [](size_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(b) / (1024.0 * 1024.0));
+    return std::string(buf);
+  };
+  return "the model needs " + mib(need.total()) + " on " + device + " (weights " + mib(need.weight_bytes) +
+         ", KV cache " + mib(need.kv_cache_bytes) + " for " + std::to_string(n_ctx) + " tokens, activations " +
+         mib(need.activation_bytes) + ") but only " + mib(free_bytes) + " is free; try a smaller --ctx";
+}
+
 ModelConfig read_model_config(const GgufFile& f) {
   ModelConfig c;
   if (!f.find("general.architecture")) fail(f, "missing metadata key 'general.architecture'");

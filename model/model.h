@@ -69,6 +69,10 @@ struct ModelFootprint {
   size_t total() const { return weight_bytes + kv_cache_bytes + activation_bytes; }
 };
 
+// Why a model with this footprint cannot be loaded on a device with this memory (sizes named), or ""
+// when it fits. A device that reports no total (device_total = 0) is not checked.
+std::string fit_error(const ModelFootprint& need, const MemoryInfo& mem, const std::string& device, int n_ctx);
+
 class Model {
  public:
   // Loads `f` onto `backend`. Throws ModelError (bad model) or BackendError (does not fit).

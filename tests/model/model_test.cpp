@@ -211,6 +211,25 @@ TEST(ModelConfigTest, FootprintOfTheBenchmarkModelFitsTheBudget) {
   EXPECT_EQ(fp.kv_cache_bytes, size_t(24) * 2 * 2 * 4096 * 64 * 2);
 }
 
+TEST(ModelConfigTest, ContextThatDoesNotFitIsRefusedWithTheSizes) {
+  ModelFootprint need;
+  need.weight_bytes = size_t(600) << 20;
+  need.kv_cache_bytes = size_t(50) << 30;
+  need.activation_bytes = size_t(10) << 20;
+  MemoryInfo gpu;
+  gpu.device_total = size_t(24) << 30;
+  gpu.device_used = size_t(1) << 30;
+  const std::string e = fit_error(need, gpu, "cuda", 1 << 20);
+  EXPECT_NE(e.find("needs 51810.0 MiB on cuda"), std::string::npos) << e;
+  EXPECT_NE(e.find("KV cache 51200.0 MiB for 1048576 tokens"), std::string::npos) << e;
+  EXPECT_NE(e.find("only 23552.0 MiB is free"), std::string::npos) << e;
+  need.kv_cache_bytes = size_t(1) << 30;
+  EXPECT_EQ(fit_error(need, gpu, "cuda", 4096), "");
+  MemoryInfo unknown;  // a device that reports no total is not checked
+  need.kv_cache_bytes = size_t(50) << 30;
+  EXPECT_EQ(fit_error(need, unknown, "cpu", 1 << 20), "");
+}
+
 // ---- CUDA against the CPU oracle, end to end ----------------------------------------------------
 
 void expect_same_top1_and_close(const std::vector<float>& cpu, const std::vector<float>& gpu, int V,
