@@ -387,6 +387,13 @@ int main_body(int argc, char** argv) {
   CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights")->check(seed_validator());
   s->add_flag("-q,--quiet", synth_quiet, "no progress");
 
+  // inspect, tokenize and synth compute nothing on a backend; they accept --backend so that scripts
+  // can pass the same options to every subcommand.
+  std::string unused_backend;
+  for (CLI::App* sub : {in, tk, s}) {
+    sub->add_option("--backend", unused_backend, "accepted for uniformity; this subcommand runs on the host")
+        ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  }
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
   if (g->parsed()) return cmd_generate(gen, prompt, chat);
   if (c->parsed()) return cmd_chat(ch);
