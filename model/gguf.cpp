@@ -244,8 +244,9 @@ class GgufParser {
  private:
   static constexpr int kMaxArrayDepth = 4;
   // Arrays of non-string values expand to one GgufValue per element; this caps what a crafted file
-  // can make the reader allocate. Real models hold a few hundred thousand such values.
-  static constexpr uint64_t kMaxArrayValues = uint64_t(1) << 24;
+  // can make the reader allocate (2^22 values, about 470 MB at most). Real models hold a few hundred
+  // thousand such values (token types: one per vocabulary entry).
+  static constexpr uint64_t kMaxArrayValues = uint64_t(1) << 22;
   static constexpr size_t kMaxTensorName = 64;  // the GGUF specification's limit
 
   // Keys and names in `problem` come from the file: control characters are escaped so the
