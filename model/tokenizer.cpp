@@ -412,7 +412,7 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const std::string& m = merges[rank];
     const size_t sp = m.find(' ', 1);
-    if (sp == std::string::npos || sp + 1 >= m.size()) {
+    if (sp == std::string::npos || sp + 1 >= m.size() || m.find(' ', sp + 1) != std::string::npos) {
       throw TokenizerError("merge " + std::to_string(rank) + " ('" + m + "') is not 'left right'");
     }
     auto left = text_to_id_.find(m.substr(0, sp));

@@ -310,6 +310,9 @@ TEST(Tokenizer, VocabularyErrors) {
   Vocab bad_merge;
   bad_merge.merges.push_back("ab");
   EXPECT_NE(error_of([&] { bad_merge.build("gpt-2"); }).find("merge 0"), std::string::npos);
+  Vocab two_spaces;
+  two_spaces.merges.push_back("a b c");
+  EXPECT_NE(error_of([&] { two_spaces.build("gpt-2"); }).find("is not 'left right'"), std::string::npos);
 
   Vocab bad_types;
   bad_types.types.pop_back();
