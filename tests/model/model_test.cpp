@@ -191,19 +191,21 @@ TEST(ModelConfigTest, ReadsTheBenchmarkShapes) {
 }
 
 TEST(ModelConfigTest, FootprintOfTheBenchmarkModelFitsTheBudget) {
-  // Qwen2.5-0.5B shapes with a 4096-token cache: weights + KV must fit 0.8 GB.
+  // The benchmark model's shapes (the synthetic Qwen2.5-0.5B preset) with a 4096-token cache:
+  // weights + KV must fit 0.8 GB.
+  const SynthConfig q = qwen25_05b_q4km();
   ModelConfig c;
-  c.arch = "qwen2";
-  c.n_layer = 24;
-  c.n_embd = 896;
-  c.n_ff = 4864;
-  c.n_head = 14;
-  c.n_head_kv = 2;
-  c.head_dim = 64;
-  c.n_vocab = 151936;
-  c.n_ctx_train = 32768;
-  c.tied_embeddings = true;
-  c.qkv_bias = true;
+  c.arch = q.arch;
+  c.n_layer = q.n_layer;
+  c.n_embd = q.n_embd;
+  c.n_ff = q.n_ff;
+  c.n_head = q.n_head;
+  c.n_head_kv = q.n_head_kv;
+  c.head_dim = q.n_embd / q.n_head;
+  c.n_vocab = q.n_vocab;
+  c.n_ctx_train = q.n_ctx;
+  c.tied_embeddings = q.tied;
+  c.qkv_bias = q.qkv_bias;
   LoadOptions o;
   o.n_ctx = 4096;
   const ModelFootprint fp = Model::footprint(c, o);
