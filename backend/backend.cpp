@@ -12,6 +12,32 @@ Buffer::~Buffer() {
   if (ptr_ && owner_) owner_->free_raw(ptr_, bytes_);
 }
 
+HostMatrix HostWeights::view() const {
+  HostMatrix m;
+  m.type = type;
+  m.n = n;
+  m.k = k;
+  if (type == WeightType::W8) {
+    m.q = q.data();
+    m.scales = scales.data();
+  } else {
+    m.f16 = f16.data();
+  }
+  return m;
+}
+
+void HostWeights::append_rows(const HostWeights& b) {
+  if (b.type != type || b.k != k) {
+    throw BackendError("append_rows: a (" + std::string(weight_type_name(type)) + ", k " + std::to_string(k) +
+                       ") matrix cannot take rows of a (" + weight_type_name(b.type) + ", k " + std::to_string(b.k) +
+                       ") one");
+  }
+  n += b.n;
+  q.insert(q.end(), b.q.begin(), b.q.end());
+  scales.insert(scales.end(), b.scales.begin(), b.scales.end());
+  f16.insert(f16.end(), b.f16.begin(), b.f16.end());
+}
+
 size_t Matrix::stream_bytes() const {
   const size_t nk = size_t(n_) * size_t(k_);
   if (type_ == WeightType::W8) return nk + nk / kW8Group * sizeof(half_t);

@@ -51,6 +51,20 @@ struct HostMatrix {
   const half_t* f16 = nullptr;       // F16: (n, k)
 };
 
+// A weight matrix in host memory in one of the weight types, owning its storage (what model loading
+// and the tests build before handing a view to Backend::upload_matrix).
+struct HostWeights {
+  WeightType type = WeightType::W8;
+  int64_t n = 0;                 // rows (output features)
+  int64_t k = 0;                 // row length (input features)
+  std::vector<int8_t> q;         // W8: (n, k)
+  std::vector<half_t> scales;    // W8: (n, k / kW8Group)
+  std::vector<half_t> f16;       // F16: (n, k)
+  HostMatrix view() const;       // borrowed view
+  // Appends the rows of `b` (same type and k) below these: [this; b]. Throws BackendError otherwise.
+  void append_rows(const HostWeights& b);
+};
+
 // A weight matrix stored in a backend, in whatever layout that backend computes fastest with.
 // Created by Backend::upload_matrix; only the backend that made it may use it.
 class Matrix {

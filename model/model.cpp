@@ -99,18 +99,6 @@ void check_vocabulary(const GgufFile& f, int n_vocab) {
   }
 }
 
-// Stacks W8 matrices with the same k row-wise: [a; b; ...].
-HostWeights stack_rows(const std::vector<HostWeights>& parts) {
-  HostWeights out;
-  out.type = WeightType::W8;
-  out.k = parts.at(0).k;
-  for (const HostWeights& p : parts) {
-    out.n += p.n;
-    out.q.insert(out.q.end(), p.q.begin(), p.q.end());
-    out.scales.insert(out.scales.end(), p.scales.begin(), p.scales.end());
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -262,9 +250,14 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
     const std::string p = "blk." + std::to_string(l) + ".";
     auto L = std::make_unique<Layer>();
     auto w8 = [&](const std::string& n) { return requantize_w8(*f.find_tensor(p + n)); };
-    L->wqkv = be.upload_matrix(stack_rows({w8("attn_q.weight"), w8("attn_k.weight"), w8("attn_v.weight")}).view());
+    HostWeights qkv = w8("attn_q.weight");
+    qkv.append_rows(w8("attn_k.weight"));
+    qkv.append_rows(w8("attn_v.weight"));
+    L->wqkv = be.upload_matrix(qkv.view());
     L->wo = be.upload_matrix(w8("attn_output.weight").view());
-    L->wgu = be.upload_matrix(stack_rows({w8("ffn_gate.weight"), w8("ffn_up.weight")}).view());
+    HostWeights gate_up = w8("ffn_gate.weight");
+    gate_up.append_rows(w8("ffn_up.weight"));
+    L->wgu = be.upload_matrix(gate_up.view());
     L->wdown = be.upload_matrix(w8("ffn_down.weight").view());
     L->attn_norm = upload_f32(p + "attn_norm.weight");
     L->ffn_norm = upload_f32(p + "ffn_norm.weight");

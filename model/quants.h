@@ -27,17 +27,6 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 // all are done and rethrows the first exception any call threw. Calls must be independent.
 void parallel_for(int64_t n, const std::function<void(int64_t i)>& fn);
 
-// A weight matrix in host memory in one of the backend weight types, owning its storage.
-struct HostWeights {
-  WeightType type = WeightType::W8;
-  int64_t n = 0;                 // rows (output features)
-  int64_t k = 0;                 // row length (input features)
-  std::vector<int8_t> q;         // W8: (n, k)
-  std::vector<half_t> scales;    // W8: (n, k / kW8Group)
-  std::vector<half_t> f16;       // F16: (n, k)
-  HostMatrix view() const;       // borrowed view to hand to Backend::upload_matrix
-};
-
 // Requantises a 2-D GGUF tensor (dims = {k, n}) to W8: each group of kW8Group values along a row
 // gets scale = max|w| / 127 (rounded to fp16) and q = round(w / scale). Throws GgufError when the
 // tensor is not 2-D, k is not a multiple of kW8Group, or the type cannot be dequantised.

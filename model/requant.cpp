@@ -63,20 +63,6 @@ MatrixShape matrix_shape(const TensorInfo& t, const char* what) {
 
 }  // namespace
 
-HostMatrix HostWeights::view() const {
-  HostMatrix m;
-  m.type = type;
-  m.n = n;
-  m.k = k;
-  if (type == WeightType::W8) {
-    m.q = q.data();
-    m.scales = scales.data();
-  } else {
-    m.f16 = f16.data();
-  }
-  return m;
-}
-
 HostWeights requantize_w8(const TensorInfo& t) {
   const MatrixShape s = matrix_shape(t, "W8 requantisation");
   if (s.k % kW8Group != 0) {

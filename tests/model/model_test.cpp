@@ -213,6 +213,37 @@ TEST(ModelConfigTest, FootprintOfTheBenchmarkModelFitsTheBudget) {
   EXPECT_EQ(fp.kv_cache_bytes, size_t(24) * 2 * 2 * 4096 * 64 * 2);
 }
 
+// Q/K/V and gate/up are stacked with HostWeights::append_rows at load.
+TEST(HostWeightsTest, AppendRowsStacksRowsOfTheSameTypeAndK) {
+  HostWeights a;
+  a.n = 1;
+  a.k = kW8Group;
+  a.q.assign(kW8Group, 1);
+  a.scales = {float_to_half(0.5f)};
+  HostWeights b = a;
+  b.n = 2;
+  b.q.assign(2 * kW8Group, -3);
+  b.scales = {float_to_half(1.0f), float_to_half(2.0f)};
+  a.append_rows(b);
+  EXPECT_EQ(a.n, 3);
+  ASSERT_EQ(a.q.size(), size_t(3 * kW8Group));
+  EXPECT_EQ(a.q[0], 1);
+  EXPECT_EQ(a.q[kW8Group], -3);
+  ASSERT_EQ(a.scales.size(), 3u);
+  EXPECT_EQ(half_to_float(a.scales[2]), 2.0f);
+  const HostMatrix v = a.view();
+  EXPECT_EQ(v.n, 3);
+  EXPECT_EQ(v.q, a.q.data());
+
+  HostWeights wide = b;
+  wide.k = 2 * kW8Group;
+  EXPECT_THROW(a.append_rows(wide), BackendError);
+  HostWeights f16;
+  f16.type = WeightType::F16;
+  f16.k = kW8Group;
+  EXPECT_THROW(a.append_rows(f16), BackendError);
+}
+
 TEST(ModelConfigTest, ContextThatDoesNotFitIsRefusedWithTheSizes) {
   ModelFootprint need;
   need.weight_bytes = size_t(600) << 20;

@@ -53,22 +53,8 @@ std::vector<float> round_half(const std::vector<double>& x) {
 
 std::vector<float> to_float(const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); }
 
-HostMatrix OwnedMatrix::view() const {
-  HostMatrix h;
-  h.type = type;
-  h.n = n;
-  h.k = k;
-  if (type == WeightType::W8) {
-    h.q = q.data();
-    h.scales = scales.data();
-  } else {
-    h.f16 = f16.data();
-  }
-  return h;
-}
-
-OwnedMatrix random_w8(Rng& rng, int64_t n, int64_t k, float scale_lo, float scale_hi) {
-  OwnedMatrix m;
+HostWeights random_w8(Rng& rng, int64_t n, int64_t k, float scale_lo, float scale_hi) {
+  HostWeights m;
   m.type = WeightType::W8;
   m.n = n;
   m.k = k;
@@ -78,8 +64,8 @@ OwnedMatrix random_w8(Rng& rng, int64_t n, int64_t k, float scale_lo, float scal
   return m;
 }
 
-OwnedMatrix random_f16(Rng& rng, int64_t n, int64_t k, float amp) {
-  OwnedMatrix m;
+HostWeights random_f16(Rng& rng, int64_t n, int64_t k, float amp) {
+  HostWeights m;
   m.type = WeightType::F16;
   m.n = n;
   m.k = k;
@@ -87,8 +73,8 @@ OwnedMatrix random_f16(Rng& rng, int64_t n, int64_t k, float amp) {
   return m;
 }
 
-OwnedMatrix integer_w8(Rng& rng, int64_t n, int64_t k, int qmax) {
-  OwnedMatrix m;
+HostWeights integer_w8(Rng& rng, int64_t n, int64_t k, int qmax) {
+  HostWeights m;
   m.type = WeightType::W8;
   m.n = n;
   m.k = k;
@@ -98,8 +84,8 @@ OwnedMatrix integer_w8(Rng& rng, int64_t n, int64_t k, int qmax) {
   return m;
 }
 
-OwnedMatrix integer_f16(Rng& rng, int64_t n, int64_t k, int qmax) {
-  OwnedMatrix m;
+HostWeights integer_f16(Rng& rng, int64_t n, int64_t k, int qmax) {
+  HostWeights m;
   m.type = WeightType::F16;
   m.n = n;
   m.k = k;

@@ -52,23 +52,14 @@ std::vector<float> to_float(const std::vector<double>& x);
 // ---- weights -------------------------------------------------------------------------------------
 
 // A weight matrix that owns its host storage; view() is what upload_matrix takes.
-struct OwnedMatrix {
-  WeightType type = WeightType::F16;
-  int64_t n = 0, k = 0;
-  std::vector<int8_t> q;        // W8: (n, k)
-  std::vector<half_t> scales;   // W8: (n, k / kW8Group)
-  std::vector<half_t> f16;      // F16: (n, k)
-  HostMatrix view() const;
-};
-
 // W8 with q uniform in [-127, 127] and per-group scales in [scale_lo, scale_hi].
-OwnedMatrix random_w8(Rng& rng, int64_t n, int64_t k, float scale_lo = 0.002f, float scale_hi = 0.02f);
+HostWeights random_w8(Rng& rng, int64_t n, int64_t k, float scale_lo = 0.002f, float scale_hi = 0.02f);
 // F16 with values uniform in [-amp, amp].
-OwnedMatrix random_f16(Rng& rng, int64_t n, int64_t k, float amp = 0.1f);
+HostWeights random_f16(Rng& rng, int64_t n, int64_t k, float amp = 0.1f);
 // Small integers in [-qmax, qmax] (W8 with every scale 1, or F16): with integer activations every
 // product and partial sum is an integer below 2^24, so any summation order gives the exact result.
-OwnedMatrix integer_w8(Rng& rng, int64_t n, int64_t k, int qmax);
-OwnedMatrix integer_f16(Rng& rng, int64_t n, int64_t k, int qmax);
+HostWeights integer_w8(Rng& rng, int64_t n, int64_t k, int qmax);
+HostWeights integer_f16(Rng& rng, int64_t n, int64_t k, int qmax);
 
 // ---- comparisons ---------------------------------------------------------------------------------
 

@@ -26,25 +26,22 @@ constexpr int kQDim = kHead * kHeadDim, kKvDim = kHeadKv * kHeadDim, kQkvDim = k
 constexpr float kEps = 1e-6f, kTheta = 1000000.0f;
 
 // Rows [a; b] of two matrices of the same type and k.
-OwnedMatrix stack(const OwnedMatrix& a, const OwnedMatrix& b) {
-  OwnedMatrix s = a;
-  s.n = a.n + b.n;
-  s.q.insert(s.q.end(), b.q.begin(), b.q.end());
-  s.scales.insert(s.scales.end(), b.scales.begin(), b.scales.end());
-  s.f16.insert(s.f16.end(), b.f16.begin(), b.f16.end());
+HostWeights stack(const HostWeights& a, const HostWeights& b) {
+  HostWeights s = a;
+  s.append_rows(b);
   return s;
 }
 
 struct LayerWeights {
-  OwnedMatrix qkv, o, gate, up, down;  // (kQkvDim, kEmbd), (kEmbd, kQDim), (kFf, kEmbd) x2, (kEmbd, kFf)
-  OwnedMatrix gate_up;                 // (2·kFf, kEmbd) = [gate; up]
+  HostWeights qkv, o, gate, up, down;  // (kQkvDim, kEmbd), (kEmbd, kQDim), (kFf, kEmbd) x2, (kEmbd, kFf)
+  HostWeights gate_up;                 // (2·kFf, kEmbd) = [gate; up]
   std::vector<float> qkv_bias;         // (kQkvDim)
   std::vector<float> attn_norm, ffn_norm;  // (kEmbd)
 };
 
 struct Weights {
-  OwnedMatrix embd;    // (kVocab, kEmbd), W8
-  OwnedMatrix output;  // (kVocab, kEmbd), F16
+  HostWeights embd;    // (kVocab, kEmbd), W8
+  HostWeights output;  // (kVocab, kEmbd), F16
   std::vector<float> out_norm;
   LayerWeights layer[kLayers];
 };

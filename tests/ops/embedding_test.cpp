@@ -8,7 +8,7 @@ namespace {
 
 class EmbeddingTest : public OpsTest {
  protected:
-  void check(const OwnedMatrix& table, const std::vector<int32_t>& ids) {
+  void check(const HostWeights& table, const std::vector<int32_t>& ids) {
     auto t = be().upload_matrix(table.view());
     Buffer idb = upload(ids);
     Buffer out = alloc<float>(ids.size() * size_t(table.k));
@@ -29,7 +29,7 @@ TLLM_OPS_INSTANTIATE(EmbeddingTest);
 
 TEST_P(EmbeddingTest, W8) {
   Rng rng(601);
-  const OwnedMatrix table = random_w8(rng, 1000, 896, 0.001f, 0.05f);
+  const HostWeights table = random_w8(rng, 1000, 896, 0.001f, 0.05f);
   check(table, {0});
   check(table, {999});
   check(table, {3, 999, 0, 3, 500, 17, 17});  // repeats, first and last rows
@@ -38,7 +38,7 @@ TEST_P(EmbeddingTest, W8) {
 
 TEST_P(EmbeddingTest, F16) {
   Rng rng(602);
-  const OwnedMatrix table = random_f16(rng, 1000, 576, 2.0f);
+  const HostWeights table = random_f16(rng, 1000, 576, 2.0f);
   check(table, {0});
   check(table, {999, 1, 1, 998, 0});
   check(random_f16(rng, 5, 3, 1.0f), {4, 2});  // a row narrower than any vector width

@@ -14,7 +14,7 @@ namespace tllm::test {
 namespace {
 
 struct MatmulInputs {
-  OwnedMatrix w;
+  HostWeights w;
   std::vector<half_t> x;   // (m, k)
   int64_t m = 1;
   std::vector<float> bias; // (n) or empty
@@ -160,7 +160,7 @@ TEST_P(MatmulTest, IntegerExact) {
 class MatmulFusedTest : public MatmulTest {
  protected:
   struct Fused {
-    OwnedMatrix w;
+    HostWeights w;
     int64_t m = 1;
     std::vector<float> norm_x;       // (m, k) or empty: x given directly
     std::vector<float> norm_weight;  // (k)

@@ -55,7 +55,7 @@ TEST_P(MemoryTest, MemoryInfoAccounting) {
     EXPECT_GE(with.peak_bytes, with.allocated_bytes);
     // A matrix holds at least the bytes a full read of it streams.
     Rng rng(1002);
-    const OwnedMatrix w = random_w8(rng, 64, 256);
+    const HostWeights w = random_w8(rng, 64, 256);
     size_t stream = 0;
     {
       auto m = be().upload_matrix(w.view());
@@ -85,13 +85,13 @@ TEST_P(MemoryTest, MovedBufferFreesOnce) {
 
 TEST_P(MemoryTest, MatrixShapeAndErrors) {
   Rng rng(1003);
-  const OwnedMatrix w8 = random_w8(rng, 3, 64);
+  const HostWeights w8 = random_w8(rng, 3, 64);
   auto m = be().upload_matrix(w8.view());
   EXPECT_EQ(m->type(), WeightType::W8);
   EXPECT_EQ(m->n(), 3);
   EXPECT_EQ(m->k(), 64);
   // W8 needs k to be a multiple of the group size; a user-reachable error, so BackendError.
-  OwnedMatrix bad = random_w8(rng, 3, 64);
+  HostWeights bad = random_w8(rng, 3, 64);
   HostMatrix view = bad.view();
   view.k = 48;
   EXPECT_THROW(be().upload_matrix(view), BackendError);
