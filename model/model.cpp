@@ -424,9 +424,10 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
     be_.embedding(e);
     run_layers(m, pos_.as<int32_t>(), nullptr, pos0 + start, /*decode=*/false);
 
+    // Logits of every row when asked for, otherwise only of the prompt's last row.
     const bool last_chunk = start + m == n;
+    if (!all_logits && !last_chunk) continue;
     for (int i = all_logits ? 0 : m - 1; i < m; ++i) {
-      if (!all_logits && !last_chunk) break;
       MatmulDesc h;
       h.w = lm_head_.get();
       h.norm_x = x_.as<float>() + size_t(i) * size_t(cfg_.n_embd);
