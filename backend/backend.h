@@ -122,30 +122,6 @@ class Buffer {
 // Pointers are backend memory (Buffer::data() plus an offset). Shapes are in the comments, outermost
 // dimension first.
 
-enum class MatmulEpilogue : uint8_t {
-  None,    // y = x·Wᵀ + bias (or y += with accumulate)
-  SwiGLU,  // W is (2·n_ff, k) = [gate; up]: out16 = fp16(silu(x·gateᵀ) * (x·upᵀ)), (m, n_ff); y unused
-};
-
-// y = x · Wᵀ (+ bias), or y += x · Wᵀ (+ bias) with `accumulate` (a residual add fused in).
-// Two optional fusions, which every backend implements (the CPU one as the plain op sequence):
-//   - an rmsnorm prologue: when norm_x is set, x = fp16(rmsnorm(norm_x) * norm_weight) is computed
-//     from the fp32 rows of norm_x and the x field is ignored;
-//   - a SwiGLU epilogue (see MatmulEpilogue).
-struct MatmulDesc {
-  const Matrix* w = nullptr;    // (n, k)
-  const half_t* x = nullptr;    // (m, k)
-  const float* bias = nullptr;  // (n) or null
-  float* y = nullptr;           // (m, n)
-  int64_t m = 1;                // rows of x; matmul_m1 requires 1
-  bool accumulate = false;
-  const float* norm_x = nullptr;       // (m, k) fp32, or null: no rmsnorm prologue
-  const float* norm_weight = nullptr;  // (k)
-  float norm_eps = 1e-6f;
-  MatmulEpilogue epilogue = MatmulEpilogue::None;
-  half_t* out16 = nullptr;             // SwiGLU: (m, n / 2)
-};
-
 // out = fp16(x / sqrt(mean(x²) + eps) * weight), row by row.
 struct RmsNormDesc {
   const float* x = nullptr;       // (m, n)
@@ -199,6 +175,32 @@ struct QkvRopeAppendDesc {
   int n_ctx = 0;
   float theta = 10000.0f;
   RopeMode mode = RopeMode::Normal;
+};
+
+enum class MatmulEpilogue : uint8_t {
+  None,    // y = x·Wᵀ + bias (or y += with accumulate)
+  SwiGLU,  // W is (2·n_ff, k) = [gate; up]: out16 = fp16(silu(x·gateᵀ) * (x·upᵀ)), (m, n_ff); y unused
+  QkvRopeAppend,  // y as None (the packed qkv rows), then qkv_rope_append on y with `rope`
+};
+
+// y = x · Wᵀ (+ bias), or y += x · Wᵀ (+ bias) with `accumulate` (a residual add fused in).
+// Optional fusions, which every backend implements (the CPU one as the plain op sequence):
+//   - an rmsnorm prologue: when norm_x is set, x = fp16(rmsnorm(norm_x) * norm_weight) is computed
+//     from the fp32 rows of norm_x and the x field is ignored;
+//   - an epilogue (see MatmulEpilogue): SwiGLU, or rope + KV append on the QKV projection.
+struct MatmulDesc {
+  const Matrix* w = nullptr;    // (n, k)
+  const half_t* x = nullptr;    // (m, k)
+  const float* bias = nullptr;  // (n) or null
+  float* y = nullptr;           // (m, n)
+  int64_t m = 1;                // rows of x; matmul_m1 requires 1
+  bool accumulate = false;
+  const float* norm_x = nullptr;       // (m, k) fp32, or null: no rmsnorm prologue
+  const float* norm_weight = nullptr;  // (k)
+  float norm_eps = 1e-6f;
+  MatmulEpilogue epilogue = MatmulEpilogue::None;
+  half_t* out16 = nullptr;             // SwiGLU: (m, n / 2)
+  QkvRopeAppendDesc rope;              // QkvRopeAppend: all but qkv and m (y and m are used)
 };
 
 // Causal self-attention of m query rows at positions pos0 .. pos0+m-1 against cache rows

@@ -312,6 +312,7 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     Layer& L = *layers_[size_t(l)];
     ScopedRange range(be_, "layer");
 
+    // QKV projection with rope and the KV append fused in.
     MatmulDesc q;
     q.w = L.wqkv.get();
     q.norm_x = x;
@@ -320,21 +321,17 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     q.bias = L.bqkv ? L.bqkv.as<float>() : nullptr;
     q.y = qkv;
     q.m = m;
+    q.epilogue = MatmulEpilogue::QkvRopeAppend;
+    q.rope.pos = pos;
+    q.rope.k_cache = L.k_cache.as<half_t>();
+    q.rope.v_cache = L.v_cache.as<half_t>();
+    q.rope.n_head = c.n_head;
+    q.rope.n_head_kv = c.n_head_kv;
+    q.rope.head_dim = c.head_dim;
+    q.rope.n_ctx = n_ctx_;
+    q.rope.theta = c.rope_theta;
+    q.rope.mode = c.rope_mode;
     mm(q);
-
-    QkvRopeAppendDesc r;
-    r.qkv = qkv;
-    r.pos = pos;
-    r.k_cache = L.k_cache.as<half_t>();
-    r.v_cache = L.v_cache.as<half_t>();
-    r.m = m;
-    r.n_head = c.n_head;
-    r.n_head_kv = c.n_head_kv;
-    r.head_dim = c.head_dim;
-    r.n_ctx = n_ctx_;
-    r.theta = c.rope_theta;
-    r.mode = c.rope_mode;
-    be_.qkv_rope_append(r);
 
     if (decode) {
       AttentionDecodeDesc a;

@@ -2,7 +2,7 @@
 //
 // The fp16 activations are widened to fp32 first (exactly), then m = 1 goes through cblas_sgemv and
 // m > 1 through cblas_sgemm; `accumulate` is beta = 1. The fused forms of MatmulDesc run as the plain
-// op sequence: rmsnorm into an fp16 workspace before, silu(gate) * up after.
+// op sequence: rmsnorm into an fp16 workspace before, silu(gate) * up or qkv_rope_append after.
 #include <cblas.h>
 
 #include "backends/cpu/cpu_backend_impl.h"
@@ -27,6 +27,8 @@ void CpuBackend::matmul_impl(const MatmulDesc& d) {
   TLLM_CPU_CHECK(m >= 1);
   TLLM_CPU_CHECK(d.norm_x ? d.norm_weight != nullptr : d.x != nullptr);
   TLLM_CPU_CHECK(swiglu ? (d.out16 != nullptr && n % 2 == 0 && !d.accumulate) : d.y != nullptr);
+  const bool rope = d.epilogue == MatmulEpilogue::QkvRopeAppend;
+  TLLM_CPU_CHECK(!rope || (!d.accumulate && n == (int64_t(d.rope.n_head) + 2 * d.rope.n_head_kv) * d.rope.head_dim));
 
   // x: (m, k) fp16, from the descriptor or from the rmsnorm prologue.
   const half_t* x16 = d.x;
@@ -54,6 +56,12 @@ void CpuBackend::matmul_impl(const MatmulDesc& d) {
     });
   }
 
+  if (rope) {
+    QkvRopeAppendDesc r = d.rope;
+    r.qkv = d.y;
+    r.m = m;
+    qkv_rope_append(r);
+  }
   if (swiglu) {  // out16: (m, n / 2) = fp16(silu(gate) * up)
     const int64_t n_ff = n / 2;
     parallel_for(m, 16 * n_ff, [&](int64_t r) {  // exp ~ 16 ops

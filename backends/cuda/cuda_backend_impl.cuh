@@ -130,7 +130,9 @@ class CudaBackend final : public Backend {
 
   // Op pieces shared between files.
   void rmsnorm_rows(const float* x, const float* weight, __half* out, int64_t m, int64_t n, float eps);
-  void matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w);
+  // False (nothing launched) when the epilogue cannot be fused for this shape.
+  bool matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w);
+  void rope_epilogue(const MatmulDesc& d);  // MatmulEpilogue::QkvRopeAppend as its own kernel
   void matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x);
   void prepare_matmul(const CudaMatrix& w);   // kernel attributes for the matrix's k (matmul.cu)
   void prepare_attention();                   // kernel attributes for every head_dim (attention.cu)

@@ -8,23 +8,28 @@
 //                    and up row j + n/2, which share every x read); each lane reads 16-byte vectors of
 //                    16 int8 weights, so one load of a warp covers 512 contiguous bytes of a row. Long
 //                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
-//                    shared memory in a fixed order, as many as keep the grid within two blocks per
-//                    multiprocessor (ffn_down, n = 896, k = 4864: 2 warps per row, 224 blocks), which
-//                    leaves room beside it for the next kernel's blocks. A lane requests all its
-//                    vectors of a row at once (up to 8), before the kernel waits for the previous one
-//                    (weights do not depend on it: programmatic dependent launch). x (k fp16 values,
-//                    or the rmsnorm prologue's fp16 output) is then staged once per block in shared
-//                    memory as fp32, every load of a thread issued before the first store; the bias
-//                    and the y being accumulated into are requested when a row starts. int8 → fp32 is
-//                    one byte permute and one subtract (the 2^23 magic number); the 16 products of a
-//                    vector are summed in fp32, one 4-value unit of x at a time, and scaled by their
-//                    group's scale.
+//                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 2 warps per row).
+//                    A launch takes at most two blocks of 256 threads per multiprocessor and 64
+//                    registers per thread, half of the register file: the next kernel's blocks (launched
+//                    early, programmatic dependent launch) become resident beside it and request their
+//                    own weights, which do not depend on this kernel, while it runs. A lane requests
+//                    its first batch of vectors (up to 8) before waiting on the previous kernel; a
+//                    warp with more rows or batches (ffn_gate_up: 4864 rows for 2112 warps) requests
+//                    each next batch before using the current one. x (k fp16 values, or the rmsnorm
+//                    prologue's fp16 output) is staged once per block in shared memory as fp32, every
+//                    load of a thread issued before the first store; the bias and the y being
+//                    accumulated into are requested when a row starts. int8 → fp32 is one byte permute
+//                    and one subtract (the 2^23 magic number); the 16 products of a vector are summed
+//                    in fp32, one 4-value unit of x at a time, and scaled by their group's scale.
+//                    The QKV projection's epilogue applies rope and appends k and v to the caches:
+//                    the block's 8 warps take the 4 rotation pairs' rows (j and j + head_dim/2, or 2j
+//                    and 2j + 1), so a pair is finished inside one block, with the angle in fp64 as
+//                    in the rope kernel.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
-//                    weights per 16-byte vector.
-// Both launch at most the blocks that fit on the GPU at once; a block then walks its rows with the
-// grid as stride (the lm_head, and part of ffn_gate_up's 4864 rows), staging x once. The x values
-// in shared memory are laid out so that the 8 lanes of a quarter-warp read 8 different bank groups
-// (see x_unit).
+//                    weights per 16-byte vector. A matrix that streams for tens of microseconds gains
+//                    nothing from leaving room beside it and takes every resident slot.
+// A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
+// laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit).
 //
 // Prefill (m > 1) is bound by arithmetic:
 //   matmul_prefill   64x64 output tiles, 4 warps of 32x32, mma.sync m16n8k16 (fp16 in, fp32 out),
@@ -47,9 +52,14 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
-// Blocks per multiprocessor the register budget must allow, from the 16-byte weight vectors a lane
-// holds at once: up to 4 leave room for 4 blocks (64 registers), more get 2 (128).
-constexpr int gemv_min_blocks(int vectors) { return vectors <= 4 ? 4 : 2; }
+// Every variant fits 64 registers per thread (4 blocks per multiprocessor), and a launch takes at
+// most kGemvBlocksPerSm blocks per multiprocessor: half of the register file, so the next kernel's
+// blocks become resident beside it and request their weights while this one computes.
+constexpr int kGemvMinBlocks = 4;
+constexpr int kGemvBlocksPerSm = 2;
+// A matrix streaming longer than that overlap matters (the lm_head) takes every resident slot.
+constexpr int64_t kGemvAllSlotsBytes = int64_t(64) << 20;
+constexpr int kRopePairs = kGemvWarps / 2;  // rope epilogue: a block's warps hold 4 rotation pairs
 constexpr int kNormUnits = 2;  // prologue: 4-value units per thread held in registers (k <= 2048)
 constexpr int kStageBatch = 8;  // x staging: 4-value units per thread loaded before any is stored
 
@@ -71,6 +81,13 @@ struct GemvArgs {
   float* y = nullptr;              // (n)
   __half* out16 = nullptr;         // SwiGLU: (n / 2)
   bool accumulate = false;
+  // Rope epilogue: y is a packed qkv row, (n_head + 2·n_head_kv) heads of head_dim.
+  const int32_t* pos = nullptr;    // scalar
+  __half* k_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
+  __half* v_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
+  float theta = 0;
+  bool neox = false;
 };
 
 // x lives in shared memory as fp32, in units of 4 values: unit (c, j) holds x[c·V + 4j .. + 3] for
@@ -198,7 +215,7 @@ __device__ __forceinline__ float dot_h4(uint32_t w0, uint32_t w1, float4 x, floa
 template <int kRows, int kBatch>
 struct GemvBatch {
   uint4 w[kRows][kBatch];
-  float scale[kRows][kBatch];  // W8 group scale of each vector
+  __half scale[kRows][kBatch];  // W8 group scale of each vector
 };
 
 // Weight row r of output row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row (r = 1).
@@ -211,23 +228,18 @@ __device__ __forceinline__ int64_t weight_row(const GemvArgs& a, int row, int r)
 template <bool kW8, int kRows, int kBatch>
 __device__ __forceinline__ void gemv_load(const GemvArgs& a, int row, int batch, int first, int step,
                                           GemvBatch<kRows, kBatch>& r) {
+  const int c0 = first + step * batch * kBatch;
 #pragma unroll
-  for (int i = 0; i < kBatch; ++i) {
-    const int c = first + step * (batch * kBatch + i);
-    const bool ok = row < a.rows && c < a.chunks;
+  for (int p = 0; p < kRows; ++p) {
+    const int64_t wrow = weight_row(a, row, p);
+    const uint4* wv = kW8 ? reinterpret_cast<const uint4*>(a.q + wrow * a.k) : reinterpret_cast<const uint4*>(a.w16 + wrow * a.k_pad);
+    const __half* sv = kW8 ? a.scales + wrow * (a.k / kW8Group) : nullptr;
 #pragma unroll
-    for (int p = 0; p < kRows; ++p) {
-      const int64_t wrow = weight_row(a, row, p);
-      r.w[p][i] = make_uint4(0u, 0u, 0u, 0u);
-      r.scale[p][i] = 0.f;
-      if (ok) {
-        if constexpr (kW8) {
-          r.w[p][i] = load_ro16(a.q + wrow * a.k + c * 16);
-          r.scale[p][i] = __half2float(__ldg(a.scales + wrow * (a.k / kW8Group) + (c >> 1)));
-        } else {
-          r.w[p][i] = load_ro16(a.w16 + wrow * a.k_pad + c * 8);
-        }
-      }
+    for (int i = 0; i < kBatch; ++i) {
+      const int c = c0 + step * i;
+      const bool ok = row < a.rows && c < a.chunks;
+      r.w[p][i] = ok ? __ldg(wv + c) : make_uint4(0u, 0u, 0u, 0u);
+      if constexpr (kW8) r.scale[p][i] = ok ? __ldg(sv + (c >> 1)) : __ushort_as_half(0);
     }
   }
 }
@@ -256,7 +268,7 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
 #pragma unroll
         for (int p = 0; p < kRows; ++p) {
           d[p] = dot_i8x4(r.w[p][i].w, x, d[p]);
-          acc[p] = fmaf(d[p], r.scale[p][i], acc[p]);
+          acc[p] = fmaf(d[p], __half2float(r.scale[p][i]), acc[p]);
         }
       } else {
         const float4 x0 = xs[x_unit<false>(c, 0)], x1 = xs[x_unit<false>(c, 1)];
@@ -286,13 +298,11 @@ __device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row,
   e.y = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
 }
 
-// Adds up a row's sums (lanes, then slices in order) and writes the output. Block-wide when the
-// row is split over several warps.
+// Adds up a row's sums (lanes, then slices in order) into the value of its warp's lane 0 (of slice
+// 0). Block-wide when the row is split over several warps.
 template <int kRows>
-__device__ __forceinline__ void gemv_finish(const GemvArgs& a, int row, int warp, int slice, int lane,
-                                            const float (&acc)[kRows], float (*partial)[kRows],
-                                            const GemvEpilogueInputs<kRows>& e) {
-  float v[kRows];
+__device__ __forceinline__ void gemv_reduce(const GemvArgs& a, int warp, int slice, int lane, const float (&acc)[kRows],
+                                            float (*partial)[kRows], float (&v)[kRows]) {
 #pragma unroll
   for (int p = 0; p < kRows; ++p) v[p] = warp_sum(acc[p]);
   if (a.slices > 1) {
@@ -311,7 +321,12 @@ __device__ __forceinline__ void gemv_finish(const GemvArgs& a, int row, int warp
     }
     __syncthreads();
   }
-  if (slice != 0 || lane != 0) return;
+}
+
+// Writes a row's output: y (+ bias, + y when accumulating), or the SwiGLU value.
+template <int kRows>
+__device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const float (&v)[kRows],
+                                           const GemvEpilogueInputs<kRows>& e) {
   if (row >= a.rows) return;
   if constexpr (kRows == 1) {
     const float r = v[0] + e.bias[0];
@@ -323,86 +338,172 @@ __device__ __forceinline__ void gemv_finish(const GemvArgs& a, int row, int warp
   }
 }
 
-template <bool kW8, bool kPair, int kBatch>
+// Rope epilogue: rotation pair p (0 .. n_rows / 2) of the packed qkv row is rows rope_row(p, 0) and
+// rope_row(p, 1) of a head: (j, j + head_dim/2) in Neox mode, (2j, 2j + 1) otherwise. A block's warp
+// w computes row rope_row(4·block + w % 4, w / 4), so each pair is finished inside one block.
+__device__ __forceinline__ int rope_row(const GemvArgs& a, int pair, int second) {
+  const int half = a.head_dim >> 1;
+  const int head = pair / half, j = pair - head * half;
+  return head * a.head_dim + (a.neox ? j + second * half : 2 * j + second);
+}
+
+// The block's rotation pairs, one per thread 0..3: rotates q and k pairs (v heads pass through),
+// writes y and appends the k and v values to the caches at *pos. `vals` holds each warp's row value.
+__device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* vals, double freq, int pos) {
+  const int t = threadIdx.x, pair = int(blockIdx.x) * kRopePairs + t;
+  if (t >= kRopePairs || pair >= a.rows / 2) return;
+  const int row0 = rope_row(a, pair, 0), row1 = rope_row(a, pair, 1);
+  const int head = row0 / a.head_dim;
+  float r0 = vals[t], r1 = vals[t + kRopePairs];
+  if (head < a.n_head + a.n_head_kv) {
+    double sn, cs;
+    sincos(double(pos) * freq, &sn, &cs);
+    rope_turn(r0, r1, cs, sn, r0, r1);
+  }
+  a.y[row0] = r0;
+  a.y[row1] = r1;
+  if (head < a.n_head || pos < 0 || pos >= a.n_ctx) return;
+  const bool is_k = head < a.n_head + a.n_head_kv;
+  const int kv_head = head - a.n_head - (is_k ? 0 : a.n_head_kv);
+  __half* dst = (is_k ? a.k_cache : a.v_cache) + (int64_t(kv_head) * a.n_ctx + pos) * a.head_dim;
+  dst[row0 - head * a.head_dim] = __float2half_rn(r0);
+  dst[row1 - head * a.head_dim] = __float2half_rn(r1);
+}
+
+// One block walks its output rows (the grid as stride) in batches of kBatch vectors per lane and
+// weight row. The first batch is requested before the dependency wait. With kPrefetch a second set
+// of registers holds the next batch, requested before the current one is used, so that a warp with
+// several rows or batches always has weights in flight; variants that hold more than 4 vectors per
+// lane (down: one row per warp, all of it in one batch) need no second set.
+template <bool kW8, bool kPair, int kBatch, bool kRope>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
   constexpr int kRows = kPair ? 2 : 1;
+  constexpr bool kPrefetch = kRows * kBatch <= 4;
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
   __shared__ float partial[kGemvWarps][kRows];
+  __shared__ float rope_vals[kGemvWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows_per_block = kGemvWarps / a.slices;
   const int slice = warp % a.slices;
   const int first = slice * 32 + lane, step = 32 * a.slices;
   const int n_batches = (a.chunks + step * kBatch - 1) / (step * kBatch);
   const int row_step = gridDim.x * rows_per_block;
-  int row = blockIdx.x * rows_per_block + warp / a.slices;  // the warp's output row
+  const int block_row = blockIdx.x * rows_per_block;
+  // Row passes of the block: the same for all its warps, so the barriers of gemv_reduce are reached
+  // by all. The rope epilogue's grid covers the rows in one pass.
+  const int passes = kRope ? 1 : block_row < a.rows ? (a.rows - block_row + row_step - 1) / row_step : 0;
+  int row = kRope ? (int(blockIdx.x) * kRopePairs + warp % kRopePairs < a.rows / 2
+                         ? rope_row(a, int(blockIdx.x) * kRopePairs + warp % kRopePairs, warp / kRopePairs)
+                         : a.rows)
+                  : block_row + warp / a.slices;  // the warp's output row
 
   GemvBatch<kRows, kBatch> w;
   gemv_load<kW8>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
+  double freq = 0.0;
+  if (kRope && threadIdx.x < kRopePairs) {
+    const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
+    const int half = a.head_dim >> 1;
+    freq = rope_frequency(pair % half, a.head_dim, a.theta);
+  }
   grid_dependency_wait();
   allow_dependent_launch();
+  const int pos = kRope && threadIdx.x < kRopePairs ? *a.pos : 0;
   stage_x<kW8>(a, xs);
   __syncthreads();
 
   const bool writer = slice == 0 && lane == 0;
-  // Every warp of the block takes the same number of steps (the loop bound is the block's first
-  // row), so the barriers inside gemv_finish are reached by all.
-  for (int block_row = blockIdx.x * rows_per_block; block_row < a.rows; block_row += row_step, row += row_step) {
-    GemvEpilogueInputs<kRows> epi;
-    gemv_epilogue_inputs<kRows>(a, row, writer, epi);
-    float acc[kRows];
+  GemvEpilogueInputs<kRows> epi;
+  gemv_epilogue_inputs<kRows>(a, row, writer, epi);
+  float acc[kRows];
+#pragma unroll
+  for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
+  const int total = passes * n_batches;
+  int batch = 0;
+  for (int it = 0; it < total; ++it) {
+    GemvBatch<kRows, kBatch> next;
+    if constexpr (kPrefetch) {
+      if (it + 1 < total) {
+        const bool new_row = batch + 1 == n_batches;
+        gemv_load<kW8>(a, new_row ? row + row_step : row, new_row ? 0 : batch + 1, first, step, next);
+      }
+    } else if (it > 0) {
+      gemv_load<kW8>(a, row, batch, first, step, w);
+    }
+    if (row < a.rows) gemv_accumulate<kW8>(a, xs, batch, first, step, w, acc);
+    if constexpr (kPrefetch) w = next;
+    if (++batch < n_batches) continue;
+
+    float v[kRows];
+    gemv_reduce<kRows>(a, warp, slice, lane, acc, partial, v);
+    if constexpr (kRope) {
+      if (writer) rope_vals[warp] = row < a.rows ? v[0] + epi.bias[0] : 0.f;
+      __syncthreads();
+      gemv_rope_write(a, rope_vals, freq, pos);
+    } else if (writer) {
+      gemv_write<kRows>(a, row, v, epi);
+    }
+    batch = 0;
+    row += row_step;
 #pragma unroll
     for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
-    for (int batch = 0; batch < n_batches; ++batch) {
-      if (batch > 0 || block_row != int(blockIdx.x) * rows_per_block) gemv_load<kW8>(a, row, batch, first, step, w);
-      if (row < a.rows) gemv_accumulate<kW8>(a, xs, batch, first, step, w, acc);
-    }
-    gemv_finish<kRows>(a, row, warp, slice, lane, acc, partial, epi);
+    if (it + 1 < total) gemv_epilogue_inputs<kRows>(a, row, writer, epi);
   }
 }
 
 // kPair: the SwiGLU form (gate and up row per output). kBatch: vectors per lane and weight row in
-// flight (2, 4 or 8).
-template <bool kPair, int kBatch>
-__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks((kPair ? 2 : 1) * kBatch))
-    w8a16_matmul_m1(const GemvArgs a) {
-  gemv<true, kPair, kBatch>(a);
+// flight (2, 4 or 8). kRope: the QKV projection with rope + KV append.
+template <bool kPair, int kBatch, bool kRope>
+__global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) w8a16_matmul_m1(const GemvArgs a) {
+  gemv<true, kPair, kBatch, kRope>(a);
 }
 
-template <bool kPair, int kBatch>
-__global__ void __launch_bounds__(kGemvThreads, gemv_min_blocks((kPair ? 2 : 1) * kBatch))
-    fp16_matmul_m1(const GemvArgs a) {
-  gemv<false, kPair, kBatch>(a);
+template <bool kPair, int kBatch, bool kRope>
+__global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) fp16_matmul_m1(const GemvArgs a) {
+  gemv<false, kPair, kBatch, kRope>(a);
 }
 
 using GemvKernel = void (*)(GemvArgs);
 
-template <bool kPair, int kBatch>
-GemvKernel gemv_kernel_of(bool w8) {
-  return w8 ? w8a16_matmul_m1<kPair, kBatch> : fp16_matmul_m1<kPair, kBatch>;
+template <int kBatch>
+GemvKernel gemv_kernel_of(bool w8, MatmulEpilogue e) {
+  switch (e) {
+    case MatmulEpilogue::SwiGLU:
+      if constexpr (kBatch <= 4) return w8 ? w8a16_matmul_m1<true, kBatch, false> : fp16_matmul_m1<true, kBatch, false>;
+      break;  // the plan gives SwiGLU at most 4 vectors per lane and row
+    case MatmulEpilogue::QkvRopeAppend:
+      return w8 ? w8a16_matmul_m1<false, kBatch, true> : fp16_matmul_m1<false, kBatch, true>;
+    case MatmulEpilogue::None:
+      return w8 ? w8a16_matmul_m1<false, kBatch, false> : fp16_matmul_m1<false, kBatch, false>;
+  }
+  return nullptr;
 }
 
-GemvKernel gemv_kernel(bool w8, bool pair, int batch) {
-  if (batch <= 2) return pair ? gemv_kernel_of<true, 2>(w8) : gemv_kernel_of<false, 2>(w8);
-  if (batch <= 4) return pair ? gemv_kernel_of<true, 4>(w8) : gemv_kernel_of<false, 4>(w8);
-  return pair ? gemv_kernel_of<true, 8>(w8) : gemv_kernel_of<false, 8>(w8);
+GemvKernel gemv_kernel(bool w8, MatmulEpilogue e, int batch) {
+  if (batch <= 2) return gemv_kernel_of<2>(w8, e);
+  if (batch <= 4) return gemv_kernel_of<4>(w8, e);
+  return gemv_kernel_of<8>(w8, e);
 }
 
 // Launch shape of matmul_m1 for a matrix (see the top of the file).
 struct GemvPlan {
   int slices = 1;  // warps per row
   int batch = 2;   // vectors per lane and weight row in flight
+  int64_t blocks = 0;
 };
 
-GemvPlan gemv_plan(int rows, int chunks, int sm_count) {
+GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t weight_bytes, int sm_count, int occupancy) {
   GemvPlan p;
+  const int blocks_per_sm = weight_bytes > kGemvAllSlotsBytes ? occupancy : std::min(kGemvBlocksPerSm, occupancy);
+  const int64_t max_blocks = int64_t(blocks_per_sm) * sm_count;
   // Long rows are split over several warps while each lane keeps at least two vectors of the row
-  // and the grid stays within two blocks per multiprocessor: ffn_down (896 rows of 304 vectors)
-  // gets 2 warps per row, 224 blocks, and has all its weights in flight at once.
-  const int64_t target_warps = 2 * int64_t(kGemvWarps) * sm_count;
+  // and the rows still fit the launch: ffn_down (896 rows of 304 vectors) gets 2 warps per row,
+  // 224 blocks, and has all its weights in flight at once.
+  const int64_t target_warps = max_blocks * kGemvWarps;
   while (p.slices < kGemvWarps && chunks >= 2 * 32 * (2 * p.slices) && int64_t(rows) * (2 * p.slices) <= target_warps)
     p.slices *= 2;
   const int64_t per_lane = ceil_div(chunks, 32 * p.slices);
-  p.batch = per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 8;
+  p.batch = per_lane <= 2 ? 2 : per_lane <= 4 || pair ? 4 : 8;
+  p.blocks = std::min<int64_t>(ceil_div(rows, kGemvWarps / p.slices), max_blocks);
   return p;
 }
 
@@ -638,6 +739,13 @@ void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
   } else {
     CUDA_REQUIRE(d.y != nullptr, op, "y is missing");
   }
+  if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
+    const QkvRopeAppendDesc& r = d.rope;
+    CUDA_REQUIRE(!d.accumulate, op, "the rope epilogue cannot accumulate");
+    CUDA_REQUIRE(r.head_dim >= 2 && r.head_dim % 2 == 0 && r.n_head >= 1 && r.n_head_kv >= 1 &&
+                     w.n() == (int64_t(r.n_head) + 2 * r.n_head_kv) * r.head_dim,
+                 op, "the rope epilogue needs n = (n_head + 2·n_head_kv) · head_dim with an even head_dim");
+  }
 }
 
 }  // namespace
@@ -649,15 +757,15 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
                "k = " + std::to_string(w.k()) + " needs " + std::to_string(smem) +
                    " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(smem_optin_));
   const bool w8 = w.type() == WeightType::W8;
-  for (bool pair : {false, true}) {
+  for (MatmulEpilogue e : {MatmulEpilogue::None, MatmulEpilogue::SwiGLU, MatmulEpilogue::QkvRopeAppend}) {
     for (int batch : {2, 4, 8}) {
-      CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel(w8, pair, batch), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                      int(smem_optin_)));
+      if (const GemvKernel k = gemv_kernel(w8, e, batch))
+        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
     }
   }
 }
 
-void CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
+bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const bool w8 = w.type() == WeightType::W8;
   const bool pair = d.epilogue == MatmulEpilogue::SwiGLU;
   GemvArgs a;
@@ -678,15 +786,30 @@ void CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   a.out16 = reinterpret_cast<__half*>(d.out16);
   a.accumulate = d.accumulate;
 
-  const GemvPlan plan = gemv_plan(a.rows, a.chunks, sm_count_);
-  a.slices = plan.slices;
-  const GemvKernel kernel = gemv_kernel(w8, pair, plan.batch);
   const size_t smem = gemv_smem(w);
-  const int rows_per_block = kGemvWarps / plan.slices;
-  const int64_t blocks = std::min<int64_t>(
-      ceil_div(a.rows, rows_per_block),
-      int64_t(resident_blocks(reinterpret_cast<const void*>(kernel), kGemvThreads, smem)) * sm_count_);
-  launch(kernel, dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
+  const GemvKernel probe = gemv_kernel(w8, d.epilogue, 2);
+  const int occupancy = resident_blocks(reinterpret_cast<const void*>(probe), kGemvThreads, smem);
+  const GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, int64_t(w.stream_bytes()), sm_count_, occupancy);
+  a.slices = plan.slices;
+  int64_t blocks = plan.blocks;
+  if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
+    // The rope epilogue needs whole rows per warp and every rotation pair in the one pass.
+    const int64_t rope_blocks = ceil_div(a.rows / 2, kRopePairs);
+    if (plan.slices != 1 || rope_blocks > plan.blocks) return false;
+    blocks = rope_blocks;
+    const QkvRopeAppendDesc& r = d.rope;
+    a.pos = r.pos;
+    a.k_cache = reinterpret_cast<__half*>(r.k_cache);
+    a.v_cache = reinterpret_cast<__half*>(r.v_cache);
+    a.n_head = r.n_head;
+    a.n_head_kv = r.n_head_kv;
+    a.head_dim = r.head_dim;
+    a.n_ctx = r.n_ctx;
+    a.theta = r.theta;
+    a.neox = r.mode == RopeMode::Neox;
+  }
+  launch(gemv_kernel(w8, d.epilogue, plan.batch), dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
+  return true;
 }
 
 void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x) {
@@ -730,7 +853,20 @@ void CudaBackend::matmul_m1(const MatmulDesc& d) {
   const CudaMatrix& w = cuda_matrix(d.w, "matmul_m1");
   check_matmul(d, w, "matmul_m1");
   CUDA_REQUIRE(d.m == 1, "matmul_m1", "m must be 1 (use matmul)");
-  matmul_m1_kernel(d, w);
+  if (!matmul_m1_kernel(d, w)) {
+    MatmulDesc plain = d;
+    plain.epilogue = MatmulEpilogue::None;
+    matmul_m1_kernel(plain, w);
+    rope_epilogue(d);
+  }
+}
+
+// The rope epilogue as its own kernel, on the y a matmul wrote.
+void CudaBackend::rope_epilogue(const MatmulDesc& d) {
+  QkvRopeAppendDesc r = d.rope;
+  r.qkv = d.y;
+  r.m = d.m;
+  qkv_rope_append(r);
 }
 
 void CudaBackend::matmul(const MatmulDesc& d) {
@@ -738,7 +874,7 @@ void CudaBackend::matmul(const MatmulDesc& d) {
   check_matmul(d, w, "matmul");
   CUDA_REQUIRE(d.m < (int64_t(1) << 22), "matmul", "m is too large");
   if (d.m == 1) {
-    matmul_m1_kernel(d, w);
+    matmul_m1(d);
     return;
   }
   const __half* x = reinterpret_cast<const __half*>(d.x);
@@ -749,6 +885,7 @@ void CudaBackend::matmul(const MatmulDesc& d) {
     x = norm_x16_.as<__half>();
   }
   matmul_prefill_kernel(d, w, x);
+  if (d.epilogue == MatmulEpilogue::QkvRopeAppend) rope_epilogue(d);
 }
 
 }  // namespace tllm::cuda

@@ -40,7 +40,7 @@ __device__ __forceinline__ void rope_row(const RopeArgs& a) {
   const int items = a.n_rot * half;
   // The frequencies need no memory: computed while the previous kernel finishes.
   const int j0 = threadIdx.x;
-  const double freq = j0 < half ? pow(double(a.theta), -2.0 * j0 / a.head_dim) : 0.0;
+  const double freq = j0 < half ? rope_frequency(j0, a.head_dim, a.theta) : 0.0;
   grid_dependency_wait();
   allow_dependent_launch();
 
@@ -67,10 +67,8 @@ __device__ __forceinline__ void rope_row(const RopeArgs& a) {
   auto turn = [&](int i, double v0, double v1) {
     const int h = i / half, j = i % half;
     const int ia = a.neox ? j : 2 * j, ib = a.neox ? j + half : 2 * j + 1;
-    const double c = cos_j[j], s = sin_j[j];
-    // Unfused products, as the oracle computes them.
-    const float r0 = float(__dsub_rn(__dmul_rn(v0, c), __dmul_rn(v1, s)));
-    const float r1 = float(__dadd_rn(__dmul_rn(v0, s), __dmul_rn(v1, c)));
+    float r0, r1;
+    rope_turn(v0, v1, cos_j[j], sin_j[j], r0, r1);
     float* head = row + int64_t(h) * a.head_dim;
     head[ia] = r0;
     head[ib] = r1;

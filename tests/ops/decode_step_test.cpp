@@ -9,8 +9,9 @@
 //     attention_decode -> matmul_m1 accumulate (o) -> rmsnorm -> matmul_m1 gate, up -> silu_mul ->
 //     matmul_m1 accumulate (down)] -> rmsnorm -> matmul_m1 logits -> argmax, with every step's
 //     token fed back through backend memory and nothing downloaded until the last step;
-//   - Fused: the same with the rmsnorm prologues, qkv_rope_append and the SwiGLU epilogue, each
-//     step issued inside run_step (recorded once and replayed where the backend captures steps).
+//   - Fused: the same with the rmsnorm prologues, the rope + KV append epilogue of the QKV projection
+//     and the SwiGLU epilogue, each step issued inside run_step (recorded once and replayed where the
+//     backend captures steps).
 #include <algorithm>
 #include <cmath>
 
@@ -257,19 +258,17 @@ class DecodeStepTest : public OpsTest {
       qkv.norm_x = x_.as<float>();
       qkv.norm_weight = l.attn_norm.as<float>();
       qkv.norm_eps = kEps;
+      qkv.epilogue = MatmulEpilogue::QkvRopeAppend;
+      qkv.rope.pos = pos_.as<int32_t>();
+      qkv.rope.k_cache = l.k_cache.as<half_t>();
+      qkv.rope.v_cache = l.v_cache.as<half_t>();
+      qkv.rope.n_head = kHead;
+      qkv.rope.n_head_kv = kHeadKv;
+      qkv.rope.head_dim = kHeadDim;
+      qkv.rope.n_ctx = kCtx;
+      qkv.rope.theta = kTheta;
+      qkv.rope.mode = RopeMode::Neox;
       be().matmul_m1(qkv);
-      QkvRopeAppendDesc r;
-      r.qkv = qkv_.as<float>();
-      r.pos = pos_.as<int32_t>();
-      r.k_cache = l.k_cache.as<half_t>();
-      r.v_cache = l.v_cache.as<half_t>();
-      r.n_head = kHead;
-      r.n_head_kv = kHeadKv;
-      r.head_dim = kHeadDim;
-      r.n_ctx = kCtx;
-      r.theta = kTheta;
-      r.mode = RopeMode::Neox;
-      be().qkv_rope_append(r);
       be().attention_decode(attention(l));
       be().matmul_m1(mm(l.o.get(), att_.as<half_t>(), x_.as<float>(), true));
       MatmulDesc gu = mm(l.gate_up.get(), nullptr, nullptr);
