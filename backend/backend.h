@@ -201,6 +201,7 @@ struct MatmulDesc {
   MatmulEpilogue epilogue = MatmulEpilogue::None;
   half_t* out16 = nullptr;             // SwiGLU: (m, n / 2)
   QkvRopeAppendDesc rope;              // QkvRopeAppend: all but qkv and m (y and m are used)
+  int32_t* argmax = nullptr;           // (scalar) or null: also *argmax = the argmax op on y; m = 1, no epilogue
 };
 
 // Causal self-attention of m query rows at positions pos0 .. pos0+m-1 against cache rows

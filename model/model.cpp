@@ -431,6 +431,7 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       h.norm_weight = output_norm_.as<float>();
       h.norm_eps = cfg_.rms_eps;
       h.y = logits_.as<float>();
+      h.argmax = step_.as<int32_t>() + 3;
       be_.matmul_m1(h);
       if (all_logits) {
         be_.download(row_logits.data(), logits_.data(), row_logits.size() * sizeof(float));
@@ -465,6 +466,7 @@ void Model::decode(int32_t token, int pos) {
     h.norm_weight = output_norm_.as<float>();
     h.norm_eps = cfg_.rms_eps;
     h.y = logits_.as<float>();
+    h.argmax = s + 3;
     be_.matmul_m1(h);
   });
 }
@@ -474,13 +476,8 @@ void Model::download_logits(float* dst) {
 }
 
 int32_t Model::argmax() {
-  ArgmaxDesc d;
-  d.x = logits_.as<float>();
-  d.out = step_.as<int32_t>() + 3;
-  d.n = cfg_.n_vocab;
-  be_.argmax(d);
   int32_t id = -1;
-  be_.download(&id, d.out, sizeof(id));
+  be_.download(&id, step_.as<int32_t>() + 3, sizeof(id));
   return id;
 }
 

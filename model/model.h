@@ -99,7 +99,8 @@ class Model {
   // Logits of the last token run, fp32 (n_vocab), in backend memory.
   const float* logits() const { return logits_.as<float>(); }
   void download_logits(float* dst);   // (n_vocab)
-  // argmax of logits() computed on the backend (first index on ties): greedy without a download.
+  // argmax of logits() (first index on ties), computed by the lm_head matmul's argmax epilogue:
+  // greedy decoding downloads one token id, not the logits.
   int32_t argmax();
 
   // Per decode step: bytes of weights streamed (every matrix once + lm_head) and the KV bytes read

@@ -2,7 +2,8 @@
 //
 // The fp16 activations are widened to fp32 first (exactly), then m = 1 goes through cblas_sgemv and
 // m > 1 through cblas_sgemm; `accumulate` is beta = 1. The fused forms of MatmulDesc run as the plain
-// op sequence: rmsnorm into an fp16 workspace before, silu(gate) * up or qkv_rope_append after.
+// op sequence: rmsnorm into an fp16 workspace before, silu(gate) * up, qkv_rope_append or argmax
+// after.
 #include <cblas.h>
 
 #include "backends/cpu/cpu_backend_impl.h"
@@ -56,6 +57,14 @@ void CpuBackend::matmul_impl(const MatmulDesc& d) {
     });
   }
 
+  TLLM_CPU_CHECK(!d.argmax || (m == 1 && d.epilogue == MatmulEpilogue::None));
+  if (d.argmax) {
+    ArgmaxDesc a;
+    a.x = d.y;
+    a.out = d.argmax;
+    a.n = n;
+    argmax(a);
+  }
   if (rope) {
     QkvRopeAppendDesc r = d.rope;
     r.qkv = d.y;

@@ -17,8 +17,9 @@
 #include <utility>
 
 #include "backend/backend.h"
-#include "backends/cuda/trace.cuh"
+#include "backends/cuda/argmax.cuh"
 #include "backends/cuda/cuda_common.cuh"
+#include "backends/cuda/trace.cuh"
 
 namespace tllm::cuda {
 
@@ -136,6 +137,7 @@ class CudaBackend final : public Backend {
   void matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x);
   void prepare_matmul(const CudaMatrix& w);   // kernel attributes for the matrix's k (matmul.cu)
   void prepare_attention();                   // kernel attributes for every head_dim (attention.cu)
+  ArgmaxWorkspace argmax_workspace();         // candidates of up to kArgmaxMaxBlocks blocks (argmax.cu)
 
   int device_ = 0;
   int sm_count_ = 0;

@@ -26,7 +26,8 @@
 //                    and 2j + 1), so a pair is finished inside one block, with the angle in fp64 as
 //                    in the rope kernel.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
-//                    weights per 16-byte vector. A matrix that streams for tens of microseconds gains
+//                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
+//                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them). A matrix that streams for tens of microseconds gains
 //                    nothing from leaving room beside it and takes every resident slot.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit).
@@ -88,6 +89,8 @@ struct GemvArgs {
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
   float theta = 0;
   bool neox = false;
+  int32_t* argmax = nullptr;       // scalar, or null: no argmax epilogue
+  ArgmaxWorkspace argmax_ws;
 };
 
 // x lives in shared memory as fp32, in units of 4 values: unit (c, j) holds x[c·V + 4j .. + 3] for
@@ -323,14 +326,17 @@ __device__ __forceinline__ void gemv_reduce(const GemvArgs& a, int warp, int sli
   }
 }
 
-// Writes a row's output: y (+ bias, + y when accumulating), or the SwiGLU value.
+// Writes a row's output: y (+ bias, + y when accumulating), or the SwiGLU value; offers y to the
+// argmax epilogue's candidate.
 template <int kRows>
 __device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const float (&v)[kRows],
-                                           const GemvEpilogueInputs<kRows>& e) {
+                                           const GemvEpilogueInputs<kRows>& e, ArgmaxCandidate& best) {
   if (row >= a.rows) return;
   if constexpr (kRows == 1) {
     const float r = v[0] + e.bias[0];
-    a.y[row] = a.accumulate ? e.y + r : r;
+    const float out = a.accumulate ? e.y + r : r;
+    a.y[row] = out;
+    best.offer(out, row);
   } else {
     const float g = v[0] + e.bias[0];
     const float u = v[1] + e.bias[1];
@@ -412,6 +418,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   __syncthreads();
 
   const bool writer = slice == 0 && lane == 0;
+  ArgmaxCandidate best = argmax_none();  // argmax epilogue: the first strict maximum of the warp's rows
   GemvEpilogueInputs<kRows> epi;
   gemv_epilogue_inputs<kRows>(a, row, writer, epi);
   float acc[kRows];
@@ -440,13 +447,19 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
       __syncthreads();
       gemv_rope_write(a, rope_vals, freq, pos);
     } else if (writer) {
-      gemv_write<kRows>(a, row, v, epi);
+      gemv_write<kRows>(a, row, v, epi, best);
     }
     batch = 0;
     row += row_step;
 #pragma unroll
     for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
     if (it + 1 < total) gemv_epilogue_inputs<kRows>(a, row, writer, epi);
+  }
+  if constexpr (!kPair && !kRope) {
+    if (a.argmax) {
+      __shared__ ArgmaxCandidate scratch[kGemvWarps];
+      argmax_commit(best, scratch, a.argmax, a.argmax_ws);
+    }
   }
 }
 
@@ -739,6 +752,8 @@ void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
   } else {
     CUDA_REQUIRE(d.y != nullptr, op, "y is missing");
   }
+  CUDA_REQUIRE(!d.argmax || (d.m == 1 && d.epilogue == MatmulEpilogue::None), op,
+               "the argmax epilogue needs m = 1 and no other epilogue");
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
     const QkvRopeAppendDesc& r = d.rope;
     CUDA_REQUIRE(!d.accumulate, op, "the rope epilogue cannot accumulate");
@@ -808,6 +823,11 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     a.theta = r.theta;
     a.neox = r.mode == RopeMode::Neox;
   }
+  if (d.argmax) {
+    if (blocks > kArgmaxMaxBlocks) return false;
+    a.argmax = d.argmax;
+    a.argmax_ws = argmax_workspace();
+  }
   launch(gemv_kernel(w8, d.epilogue, plan.batch), dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
   return true;
 }
@@ -853,11 +873,19 @@ void CudaBackend::matmul_m1(const MatmulDesc& d) {
   const CudaMatrix& w = cuda_matrix(d.w, "matmul_m1");
   check_matmul(d, w, "matmul_m1");
   CUDA_REQUIRE(d.m == 1, "matmul_m1", "m must be 1 (use matmul)");
-  if (!matmul_m1_kernel(d, w)) {
-    MatmulDesc plain = d;
-    plain.epilogue = MatmulEpilogue::None;
-    matmul_m1_kernel(plain, w);
-    rope_epilogue(d);
+  if (matmul_m1_kernel(d, w)) return;
+  // The epilogue as its own kernel after the plain product.
+  MatmulDesc plain = d;
+  plain.epilogue = MatmulEpilogue::None;
+  plain.argmax = nullptr;
+  matmul_m1_kernel(plain, w);
+  if (d.epilogue == MatmulEpilogue::QkvRopeAppend) rope_epilogue(d);
+  if (d.argmax) {
+    ArgmaxDesc a;
+    a.x = d.y;
+    a.out = d.argmax;
+    a.n = w.n();
+    argmax(a);
   }
 }
 

@@ -1,10 +1,11 @@
 // Conformance of matmul_m1 and matmul: W8 and F16 weights, bias, accumulate, edge shapes, exact
-// integer cases, and the fused rmsnorm prologue and SwiGLU epilogue.
+// integer cases, the fused rmsnorm prologue and SwiGLU epilogue, and the argmax epilogue.
 //
 // Tolerance of the random cases: fp32 accumulation, fp32_sum_error(k) · (Σ|x·w| + |bias| + |y0|).
 // The weights are exact in both places (int8 · fp16 scale fits in fp32) and x is fp16 in both, so
 // summation order is the only difference from the fp64 reference. A wrong or missing term changes
 // an output by about Σ|x·w| / k, several times that bound even at k = 4864.
+#include <algorithm>
 #include <cmath>
 
 #include "ops/conformance.h"
@@ -150,6 +151,52 @@ TEST_P(MatmulTest, IntegerExact) {
         for (size_t i = 0; i < exact.size(); ++i) exact[i] += in.y0[i];
         EXPECT_TRUE(all_equal(run(in, m1), to_float(exact)))
             << weight_type_name(type) << " m=" << m << (m1 ? " matmul_m1" : " matmul");
+      }
+    }
+  }
+}
+
+// The argmax epilogue of matmul_m1: y exactly as without it, and *argmax the index of the largest
+// y (the first on ties) exactly, as the argmax op defines it on the backend's own y. A second run
+// copies the winning row to an earlier index, so that two rows tie for the maximum.
+TEST_P(MatmulTest, ArgmaxEpilogue) {
+  Rng rng(131);
+  const Shape shapes[] = {{1, 32}, {7, 64}, {5000, 896}, {40000, 64}};
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    for (const Shape& sh : shapes) {
+      MatmulInputs in = random_inputs(rng, type, 1, sh.n, sh.k, true, false);
+      for (int tie = 0; tie < 2; ++tie) {
+        auto w = be().upload_matrix(in.w.view());
+        Buffer x = upload(in.x), bias = upload(in.bias);
+        Buffer y = alloc<float>(size_t(sh.n));
+        Buffer idx = upload(std::vector<int32_t>{-7});
+        MatmulDesc d;
+        d.w = w.get();
+        d.x = x.as<half_t>();
+        d.bias = bias.as<float>();
+        d.y = y.as<float>();
+        d.argmax = idx.as<int32_t>();
+        be().matmul_m1(d);
+        const std::vector<float> got = download<float>(y);
+        const int32_t got_idx = download<int32_t>(idx)[0];
+        const std::string what = std::string(weight_type_name(type)) + " n=" + std::to_string(sh.n) +
+                                 " k=" + std::to_string(sh.k) + (tie ? " (tied rows)" : "");
+        EXPECT_TRUE(all_equal(got, run(in, true))) << what << ": y";
+        EXPECT_EQ(got_idx, ref::argmax(got)) << what;
+        if (tie == 1 || sh.n < 2) break;
+        // Row `best` copied to an earlier row, with its bias: both give the same y.
+        const int64_t best = ref::argmax(got), earlier = best / 2;
+        if (best == 0) break;
+        auto copy_row = [&](auto& rows, int64_t len) {
+          std::copy(rows.begin() + best * len, rows.begin() + (best + 1) * len, rows.begin() + earlier * len);
+        };
+        if (type == WeightType::W8) {
+          copy_row(in.w.q, sh.k);
+          copy_row(in.w.scales, sh.k / kW8Group);
+        } else {
+          copy_row(in.w.f16, sh.k);
+        }
+        in.bias[size_t(earlier)] = in.bias[size_t(best)];
       }
     }
   }
