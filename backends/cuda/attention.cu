@@ -2,20 +2,37 @@
 // KV head h / (n_head / n_head_kv). Scores are kept in log2 units (q is pre-multiplied by
 // scale · log2(e)) so that softmax weights are exp2 of differences.
 //
-//   attention_decode_kernel   one query row against the first *n_kv cache rows (flash-decoding).
-//       The grid (splits, n_head_kv, head tiles) is sized for n_ctx (at most 32 splits per KV head);
-//       each block reads *n_kv and takes the shortest split length (a multiple of 64 rows) that needs
-//       at most 32 splits, and the blocks past the last split exit at once, so a captured decode
-//       step stays valid as the context grows. A block of 256 threads takes up to 8 query heads of
-//       one KV head, so each K and V row is read once for all of them, and walks its rows in tiles of
-//       64: 4 threads per row compute the row's scores for every head (K straight from global
-//       memory, issued before any barrier) while the V tile is copied to shared memory (cp.async);
-//       one warp per head updates the running maximum and sum (online softmax); then threads own
-//       output column pairs and accumulate p·v. With one split the block writes the output;
-//       otherwise each split writes its unnormalised output with its maximum and sum, and the last
-//       block to finish for a (KV head, head tile) combines the splits in split order
-//       (deterministic) and writes the fp16 output. Indices avoid runtime integer division: with one
-//       warp per scheduler, a short dependent chain per thread is what sets this kernel's time.
+// Decode: one query row against the first *n_kv cache rows. The K and V bytes set the time (64 KB
+// at 128 rows of the benchmarked model, 2 MB at 4096), so the kernels keep many loads in flight and
+// take as few dependent trips to memory as possible.
+//   Splits. A block of 4 warps takes up to 8 query heads of one KV head (each K and V row is read
+//       once for all of them) and one split of the rows. The grid (splits, n_head_kv, head tiles) is
+//       sized for n_ctx; each block reads *n_kv and works out the split length, and the blocks past
+//       the last split exit at once, so a captured decode step stays valid as the context grows.
+//       Up to one chunk (what a block loads at once: 64 KB of K and V, 256 rows at head_dim 64)
+//       there is one split and the block writes the fp16 output itself: a block moves that in about
+//       one trip to memory, less than a combine costs. Past it, splits are whole half chunks, as
+//       short as possible within gridDim.x splits (about one block per multiprocessor, at most
+//       kMaxSplits: the launcher's choice); each writes its unnormalised output with its maximum and
+//       sum, and the last block to finish for a (KV head, head tile), found with an arrival counter,
+//       combines the splits in split order (deterministic), writes the output and resets the counter
+//       for the next call.
+//   attention_decode_kernel<head_dim>  head_dim 64 or 128, 16-byte aligned q and caches, on tensor
+//       cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its 16-row steps
+//       of a chunk into registers before using any; split 0, which starts at row 0 whatever n_kv is,
+//       issues its first chunk before it reads n_kv, so a context of one chunk waits on memory once.
+//       A step computes Sᵀ = K·qᵀ (cache rows × 8 heads; q enters as fp16 hi + lo parts, lo scaled
+//       by 2^11, which keeps the scores at fp32 accuracy) and Oᵀ += Vᵀ·Pᵀ (head_dim × 8 heads; P
+//       rounded to fp16). No data goes through shared memory: a dot product may take the head_dim in
+//       any order, so a lane loads a contiguous quarter of a K row (16-byte vectors) and holds q in
+//       the same order; the rows of the P·V product may come in any order too, so a lane loads an
+//       eighth of each of its four V rows and pairs the rows with byte permutes, and the P operand is
+//       the score fragment transposed (movmatrix). The softmax is online per chunk, with one running
+//       maximum per head and warp; the warps combine through shared memory once, at the end.
+//   attention_decode_generic_kernel  any even head_dim up to 256, q and caches of any alignment: one
+//       warp per cache row, lanes over the head_dim, a warp sum per head and an online softmax per row (fp32
+//       weights). Much slower per row; the same splits (of 64 rows) and combine.
+//
 //   attention_prefill_kernel  m query rows at positions pos0 .. pos0+m-1, causal, flash-attention 2
 //       style on tensor cores: a block takes 64 query rows of one head (16 per warp); K and V tiles of
 //       64 cache rows go through shared memory; S = Q·Kᵀ and O += P·V use mma.sync m16n8k16 with fp32
@@ -36,9 +53,22 @@ constexpr int kMaxHeadDim = 256;
 
 // ---- decode --------------------------------------------------------------------------------------
 
-constexpr int kDecodeThreads = 256;
-constexpr int kDecodeTile = 64;  // cache rows per tile: 4 threads per row compute its scores
-constexpr int kMaxSplits = 32;   // splits per KV head: bounds the last block's combine
+constexpr int kDecodeWarps = 4;
+constexpr int kDecodeThreads = 32 * kDecodeWarps;
+constexpr int kDecodeHeads = 8;     // query heads per block: the n = 8 side of the mma tile
+constexpr int kMaxSplits = 64;      // splits per (KV head, head tile): bounds the last block's combine
+constexpr int kCombineBatch = 16;   // split partials the combine loads at once (one trip to L2)
+constexpr int kGenericChunk = 64;   // rows of one split unit of the generic kernel
+static_assert(kMaxSplits == 2 * 32, "the combine's weights take two splits per lane");
+static_assert(kMaxSplits % kCombineBatch == 0, "the combine reads whole batches of weights");
+
+// 16-row steps per warp in one chunk of the tensor-core kernel: 16 KB of K and V per warp.
+constexpr int decode_steps(int head_dim) { return 256 / head_dim; }
+// Rows of one chunk (what a block loads at once, 64 KB of K and V): the longest context taken as
+// one split. Past it, splits are whole units of half a chunk: twice the blocks streaming at once
+// for a little more combine work.
+constexpr int decode_chunk(int head_dim) { return kDecodeWarps * decode_steps(head_dim) * 16; }
+constexpr int decode_unit(int head_dim) { return decode_chunk(head_dim) / 2; }
 
 struct DecodeArgs {
   const float* q = nullptr;         // (n_head, head_dim)
@@ -47,273 +77,434 @@ struct DecodeArgs {
   __half* out = nullptr;            // (n_head, head_dim)
   const int32_t* n_kv = nullptr;    // scalar
   int head_dim = 0, n_ctx = 0;
-  int hd_shift = -1;                // log2(head_dim) when it is a power of two, else -1
   int group = 0;                    // query heads per KV head
   float qscale = 0;                 // scale · log2(e)
-  bool vec8 = false;                // head_dim % 8 == 0 and 16-byte aligned caches
-  float* part_o = nullptr;          // (n_head, gridDim.x, head_dim)
-  float* part_ml = nullptr;         // (n_head, gridDim.x, 2): maximum, sum
-  unsigned* counters = nullptr;     // (n_head_kv, head tiles), zero between calls
+  float* part_o = nullptr;          // (n_head, gridDim.x, hd4): each split's unnormalised output,
+                                    //   hd4 = head_dim rounded up to 4
+  float* part_ml = nullptr;         // (n_head, gridDim.x, 2): its maximum and sum
+  unsigned* counters = nullptr;     // (n_head_kv, gridDim.z), zero between calls
 };
 
-// (g, d) of a flattened (head, column pair) index.
-__device__ __forceinline__ void split_index(const DecodeArgs& a, int i, int& g, int& d2) {
-  const int pairs = a.head_dim / 2;
-  if (a.hd_shift >= 1) {
-    g = i >> (a.hd_shift - 1);
-    d2 = i & (pairs - 1);
-  } else {
-    g = i / pairs;
-    d2 = i - g * pairs;
-  }
-}
+// What each warp of a block leaves for the block's combine, then the split weights of the combine.
+template <int kHd>
+struct DecodeShared {
+  float m[kDecodeWarps][kDecodeHeads];       // the warp's maximum score per head (-inf: no rows)
+  float l[kDecodeWarps][kDecodeHeads];       // Σ exp2(s - m) over the warp's rows
+  float o[kDecodeWarps][kDecodeHeads][kHd];  // Σ exp2(s - m) · v, head_dim padded to 4 with zeros
+  float w[kDecodeHeads][kMaxSplits];         // exp2(m_s - M) / L of each split
+  bool is_last;
+};
 
-// kHeads: query heads per block (1, 2, 4 or 8), the GQA group or a tile of it.
-template <int kHeads>
-__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const DecodeArgs a) {
-  extern __shared__ __align__(16) unsigned char decode_smem[];  // V tile: (kDecodeTile, head_dim) fp16
-  __half* vs = reinterpret_cast<__half*>(decode_smem);
-  __shared__ __align__(16) float qs[kHeads][kMaxHeadDim];  // scaled q of the block's heads
-  __shared__ float ps[kHeads][kDecodeTile];                // the tile's scores, then weights
-  __shared__ float m_run[kHeads], l_run[kHeads], alpha[kHeads];
-  __shared__ __align__(16) float red[kHeads * 2 * kDecodeThreads];  // (row groups, kHeads, head_dim); combine weights
-  __shared__ bool is_last;
-
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const int split = blockIdx.x, kvh = blockIdx.y, tile = blockIdx.z;
-  const int hd = a.head_dim;
-  const int h0 = kvh * a.group + tile * kHeads;         // first query head of the block
-  const int nh = min(kHeads, a.group - tile * kHeads);  // its heads; the rest of the tile idles
-
-  grid_dependency_wait();
-  allow_dependent_launch();
-  // q (column tid of every head) and n_kv in one trip to memory.
-  float qv[kHeads];
-#pragma unroll
-  for (int g = 0; g < kHeads; ++g) qv[g] = tid < hd && g < nh ? a.q[int64_t(h0 + g) * hd + tid] : 0.f;
-  const int n_kv = min(*a.n_kv, a.n_ctx);
-  if (n_kv <= 0) {  // nothing to attend to (outside the op's contract): a zero output
-    if (split == 0)
-      for (int i = tid; i < nh * hd; i += kDecodeThreads) a.out[int64_t(h0) * hd + i] = __float2half_rn(0.f);
+// Split length and the number of splits n_kv rows take: one split up to `one` rows, else whole
+// units, as short as possible with at most max_splits splits.
+__device__ __forceinline__ void plan_splits(int n_kv, int one, int unit, int max_splits, int& len, int& n_used) {
+  if (n_kv <= one) {
+    len = one;
+    n_used = 1;
     return;
   }
-  // Splits of a multiple of kDecodeTile rows: as short as possible, at most kMaxSplits of them.
-  const int n_tiles = (n_kv + kDecodeTile - 1) / kDecodeTile;
-  const int split_len = kDecodeTile * ((n_tiles + kMaxSplits - 1) / kMaxSplits);
-  const int n_used = (n_kv + split_len - 1) / split_len;
-  if (split >= n_used) return;
-  const int t_begin = split * split_len, t_end = min(t_begin + split_len, n_kv);
+  const int units = (n_kv + unit - 1) / unit;
+  len = unit * ((units + max_splits - 1) / max_splits);
+  n_used = (n_kv + len - 1) / len;
+}
 
-  if (tid < hd) {
-#pragma unroll
-    for (int g = 0; g < kHeads; ++g) qs[g][tid] = qv[g] * a.qscale;
-  }
-  if (tid < kHeads) {
-    m_run[tid] = -INFINITY;
-    l_run[tid] = 0.f;
-  }
-  // Scores: 4 consecutive threads per cache row. P·V: thread (grp, col) owns columns 2·col and
-  // 2·col + 1 and the rows grp, grp + n_grp, ... of the tile.
-  const int row = tid >> 2, part = tid & 3;
-  const int n_col = hd / 2, n_grp = kDecodeThreads / n_col;
-  const int grp = tid / n_col, col = tid - grp * n_col;
-  const bool owns_cols = grp < n_grp;
-  float o[kHeads][2];
-#pragma unroll
-  for (int g = 0; g < kHeads; ++g) o[g][0] = o[g][1] = 0.f;
+// Output values d .. d+3 of one head (fewer at the end of an odd-pair head_dim), times `scale`.
+__device__ __forceinline__ void store_out4(__half* out_head, int d, int hd, float4 v, float scale) {
+  *reinterpret_cast<uint32_t*>(out_head + d) = float2_to_half2_bits(v.x * scale, v.y * scale);
+  if (d + 2 < hd) *reinterpret_cast<uint32_t*>(out_head + d + 2) = float2_to_half2_bits(v.z * scale, v.w * scale);
+}
 
-  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * hd;
-  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * hd;
-  for (int t0 = t_begin; t0 < t_end; t0 += kDecodeTile) {
-    const int len = min(kDecodeTile, t_end - t0);
-    // The V rows of the tile, contiguous in the cache, copied while the scores are computed.
-    const __half* v_tile = v_head + int64_t(t0) * hd;
-    if (a.vec8) {
-      for (int i = tid; i < len * hd / 8; i += kDecodeThreads) cp_async16(vs + i * 8, v_tile + i * 8, 16);
-    } else {
-      for (int i = tid; i < len * hd / 2; i += kDecodeThreads)
-        reinterpret_cast<uint32_t*>(vs)[i] = reinterpret_cast<const uint32_t*>(v_tile)[i];
+// The end of a block, after every warp has filled sh.m, sh.l and sh.o and the block has synchronised:
+// combines the warps (in warp order), then writes the output (one split) or the split's partial; the
+// last split block to arrive for its (KV head, head tile) combines the partials in split order.
+template <int kHd>
+__device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd>& sh, int n_used, int h0, int nh) {
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int split = blockIdx.x, hd = a.head_dim, hd4 = (hd + 3) & ~3, n4 = hd4 / 4;
+  for (int i = tid; i < nh * n4; i += kDecodeThreads) {
+    const int h = i / n4, d = 4 * (i - h * n4);
+    float m = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) m = fmaxf(m, sh.m[w][h]);  // finite: the split has a row
+    float l = 0.f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) {
+      const float c = exp2f(sh.m[w][h] - m);  // 0 for a warp without rows
+      const float4 x = *reinterpret_cast<const float4*>(&sh.o[w][h][d]);
+      l = fmaf(c, sh.l[w][h], l);
+      o = make_float4(fmaf(c, x.x, o.x), fmaf(c, x.y, o.y), fmaf(c, x.z, o.z), fmaf(c, x.w, o.w));
     }
-    cp_async_commit();
-
-    // Scores of row t0 + row: this thread takes the row's 8-value vectors part, part + 4, ...
-    // (pairs in the unaligned layout); the K loads are issued before the barrier that publishes q.
-    float s[kHeads];
-#pragma unroll
-    for (int g = 0; g < kHeads; ++g) s[g] = 0.f;
-    const bool has_row = row < len;
-    const __half* k_row = k_head + int64_t(t0 + row) * hd;
-    if (a.vec8) {
-      constexpr int kVecs = kMaxHeadDim / 8 / 4;  // vectors per thread at the largest head_dim
-      uint4 kv[kVecs];
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        const int c = part + 4 * i;
-        kv[i] = has_row && 8 * c < hd ? *reinterpret_cast<const uint4*>(k_row + 8 * c) : make_uint4(0u, 0u, 0u, 0u);
-      }
-      if (t0 == t_begin) __syncthreads();  // qs, m_run and l_run are ready
-#pragma unroll
-      for (int i = 0; i < kVecs; ++i) {
-        const int d = 8 * (part + 4 * i);
-        if (d >= hd) break;
-        const float2 k0 = half2_bits_to_float2(kv[i].x), k1 = half2_bits_to_float2(kv[i].y);
-        const float2 k2 = half2_bits_to_float2(kv[i].z), k3 = half2_bits_to_float2(kv[i].w);
-#pragma unroll
-        for (int g = 0; g < kHeads; ++g) {
-          const float4 qa = *reinterpret_cast<const float4*>(&qs[g][d]);
-          const float4 qb = *reinterpret_cast<const float4*>(&qs[g][d + 4]);
-          float v = s[g];
-          v = fmaf(qa.x, k0.x, v);
-          v = fmaf(qa.y, k0.y, v);
-          v = fmaf(qa.z, k1.x, v);
-          v = fmaf(qa.w, k1.y, v);
-          v = fmaf(qb.x, k2.x, v);
-          v = fmaf(qb.y, k2.y, v);
-          v = fmaf(qb.z, k3.x, v);
-          v = fmaf(qb.w, k3.y, v);
-          s[g] = v;
-        }
-      }
-    } else {
-      if (t0 == t_begin) __syncthreads();  // qs, m_run and l_run are ready
-      if (has_row) {
-        for (int c = part; c < hd / 2; c += 4) {
-          const float2 kk = half2_bits_to_float2(*reinterpret_cast<const uint32_t*>(k_row + 2 * c));
-#pragma unroll
-          for (int g = 0; g < kHeads; ++g) s[g] = fmaf(qs[g][2 * c + 1], kk.y, fmaf(qs[g][2 * c], kk.x, s[g]));
-        }
-      }
-    }
-#pragma unroll
-    for (int g = 0; g < kHeads; ++g) {
-      s[g] += __shfl_xor_sync(0xffffffffu, s[g], 1);
-      s[g] += __shfl_xor_sync(0xffffffffu, s[g], 2);
-    }
-    if (part == 0) {
-#pragma unroll
-      for (int g = 0; g < kHeads; ++g) ps[g][row] = has_row ? s[g] : -INFINITY;
-    }
-    __syncthreads();
-
-    // Online softmax, one warp per head: new maximum, weights of the tile, rescaled running sum.
-    if (warp < kHeads) {
-      const int g = warp;
-      const float v0 = ps[g][lane], v1 = ps[g][lane + 32];
-      const float m_old = m_run[g];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(v0, v1)));  // finite: the tile has a row
-      const float p0 = exp2f(v0 - m_new), p1 = exp2f(v1 - m_new);
-      ps[g][lane] = p0;
-      ps[g][lane + 32] = p1;
-      const float sum = warp_sum(p0 + p1);
-      __syncwarp();  // every lane has read m_run[g] before lane 0 replaces it
-      if (lane == 0) {
-        const float c = exp2f(m_old - m_new);  // 0 on the first tile
-        alpha[g] = c;
-        l_run[g] = l_run[g] * c + sum;
-        m_run[g] = m_new;
-      }
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-
-    if (owns_cols) {
-#pragma unroll
-      for (int g = 0; g < kHeads; ++g) {
-        o[g][0] *= alpha[g];
-        o[g][1] *= alpha[g];
-      }
-#pragma unroll 4
-      for (int t = grp; t < len; t += n_grp) {
-        const float2 v = half2_bits_to_float2(reinterpret_cast<const uint32_t*>(vs + t * hd)[col]);
-#pragma unroll
-        for (int g = 0; g < kHeads; ++g) {
-          const float p = ps[g][t];
-          o[g][0] = fmaf(p, v.x, o[g][0]);
-          o[g][1] = fmaf(p, v.y, o[g][1]);
-        }
-      }
-    }
-    __syncthreads();  // ps and vs are rewritten by the next tile
-  }
-
-  // Column sums over the row groups (in group order), then the block's output or partial.
-  if (owns_cols) {
-#pragma unroll
-    for (int g = 0; g < kHeads; ++g)
-      *reinterpret_cast<float2*>(&red[(grp * kHeads + g) * hd + 2 * col]) = make_float2(o[g][0], o[g][1]);
-  }
-  __syncthreads();
-  for (int i = tid; i < nh * n_col; i += kDecodeThreads) {
-    int g, d2;
-    split_index(a, i, g, d2);
-    float2 v = make_float2(0.f, 0.f);
-    for (int r = 0; r < n_grp; ++r) {
-      const float2 x = *reinterpret_cast<const float2*>(&red[(r * kHeads + g) * hd + 2 * d2]);
-      v.x += x.x;
-      v.y += x.y;
-    }
-    const int64_t h = h0 + g;
     if (n_used == 1) {
-      const float inv = 1.0f / l_run[g];
-      *reinterpret_cast<uint32_t*>(a.out + h * hd + 2 * d2) = float2_to_half2_bits(v.x * inv, v.y * inv);
+      store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
     } else {
-      *reinterpret_cast<float2*>(a.part_o + (h * gridDim.x + split) * hd + 2 * d2) = v;
-      if (d2 == 0) {
-        a.part_ml[(h * gridDim.x + split) * 2] = m_run[g];
-        a.part_ml[(h * gridDim.x + split) * 2 + 1] = l_run[g];
+      const int64_t at = int64_t(h0 + h) * gridDim.x + split;
+      *reinterpret_cast<float4*>(a.part_o + at * hd4 + d) = o;
+      if (d == 0) {
+        a.part_ml[2 * at] = m;
+        a.part_ml[2 * at + 1] = l;
       }
     }
   }
   if (n_used == 1) return;
 
-  // The last split block of this (KV head, head tile) to arrive combines the partials.
-  unsigned* counter = a.counters + kvh * gridDim.z + tile;
+  unsigned* counter = a.counters + blockIdx.y * gridDim.z + blockIdx.z;
   __threadfence();
   __syncthreads();
-  if (tid == 0) is_last = atomicAdd(counter, 1u) == unsigned(n_used - 1);
+  if (tid == 0) sh.is_last = atomicAdd(counter, 1u) == unsigned(n_used - 1);
   __syncthreads();
-  if (!is_last) return;
+  if (!sh.is_last) return;
   __threadfence();
 
-  float* weight = red;  // (kHeads, kMaxSplits): exp2(m_s - M) / L of each split
-  if (warp < nh) {
-    const int g = warp;
-    const float* ml = a.part_ml + int64_t(h0 + g) * gridDim.x * 2;
-    const bool has = lane < n_used;  // n_used <= kMaxSplits = 32
-    const float m = has ? __ldcg(ml + 2 * lane) : -INFINITY;
-    const float l = has ? __ldcg(ml + 2 * lane + 1) : 0.f;
-    const float mx = warp_max(m);
-    const float e = has ? exp2f(m - mx) : 0.f;
-    const float total = warp_sum(l * e);
-    weight[g * kMaxSplits + lane] = e / total;
+  // Weights, one warp per head: split s (lane s and s - 32) contributes exp2(m_s - M) / L.
+  for (int h = warp; h < nh; h += kDecodeWarps) {
+    const float* ml = a.part_ml + int64_t(h0 + h) * gridDim.x * 2;
+    float m[2], l[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int s = lane + 32 * k;
+      m[k] = s < n_used ? __ldcg(ml + 2 * s) : -INFINITY;
+      l[k] = s < n_used ? __ldcg(ml + 2 * s + 1) : 0.f;
+    }
+    const float mx = warp_max(fmaxf(m[0], m[1]));
+    const float e0 = exp2f(m[0] - mx), e1 = exp2f(m[1] - mx);  // 0 past the last split
+    const float inv = 1.0f / warp_sum(fmaf(l[0], e0, l[1] * e1));
+    sh.w[h][lane] = e0 * inv;
+    sh.w[h][lane + 32] = e1 * inv;
   }
   __syncthreads();
-  for (int i = tid; i < nh * n_col; i += kDecodeThreads) {
-    int g, d2;
-    split_index(a, i, g, d2);
-    const float* po = a.part_o + int64_t(h0 + g) * gridDim.x * hd + 2 * d2;
-    float2 v = make_float2(0.f, 0.f);
-#pragma unroll 8
-    for (int sp = 0; sp < n_used; ++sp) {
-      const float2 x = __ldcg(reinterpret_cast<const float2*>(po + int64_t(sp) * hd));
-      const float w = weight[g * kMaxSplits + sp];
-      v.x = fmaf(x.x, w, v.x);
-      v.y = fmaf(x.y, w, v.y);
+  for (int i = tid; i < nh * n4; i += kDecodeThreads) {
+    const int h = i / n4, d = 4 * (i - h * n4);
+    const float* po = a.part_o + int64_t(h0 + h) * gridDim.x * hd4 + d;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int s0 = 0; s0 < n_used; s0 += kCombineBatch) {
+      float4 x[kCombineBatch];  // loaded together: one trip to L2 per batch
+#pragma unroll
+      for (int j = 0; j < kCombineBatch; ++j) {
+        x[j] = s0 + j < n_used ? __ldcg(reinterpret_cast<const float4*>(po + int64_t(s0 + j) * hd4))
+                               : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int j = 0; j < kCombineBatch; ++j) {
+        const float w = sh.w[h][s0 + j];
+        o = make_float4(fmaf(w, x[j].x, o.x), fmaf(w, x[j].y, o.y), fmaf(w, x[j].z, o.z), fmaf(w, x[j].w, o.w));
+      }
     }
-    *reinterpret_cast<uint32_t*>(a.out + int64_t(h0 + g) * hd + 2 * d2) = float2_to_half2_bits(v.x, v.y);
+    store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f);
   }
   if (tid == 0) *counter = 0u;  // ready for the next call
 }
 
-using DecodeKernel = void (*)(DecodeArgs);
+// The 8x8 fp16 matrix whose fragment (lane t holds row t / 4, columns 2·(t % 4) and 2·(t % 4) + 1)
+// is x, transposed, in the same fragment layout.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
 
-DecodeKernel decode_kernel(int heads) {
-  switch (heads) {
-    case 1: return attention_decode_kernel<1>;
-    case 2: return attention_decode_kernel<2>;
-    case 4: return attention_decode_kernel<4>;
-    default: return attention_decode_kernel<8>;
+// The K and V registers of one warp's steps of a chunk (g = lane / 4, t = lane % 4). Step i of the
+// chunk at row c covers rows r0 = c + 16·(kDecodeWarps·i + warp) .. r0 + 15.
+//   k[i][j]: row r0 + g + 8j, dims (head_dim / 4)·t .. + head_dim / 4, as half2 words;
+//   v[i][j]: row r0 + 2t + (j & 1) + 8·(j >> 1), dims (head_dim / 8)·g .. + head_dim / 8.
+template <int kHd>
+struct DecodeRegs {
+  static constexpr int kSteps = decode_steps(kHd);
+  uint32_t k[kSteps][2][kHd / 8];
+  uint32_t v[kSteps][4][kHd / 16];
+};
+
+// Loads the warp's steps of the chunk at row c; rows at or past `limit` are not read (zeros).
+template <int kHd>
+__device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_head, const __half* v_head, int c,
+                                           int limit, int warp, int g, int t) {
+#pragma unroll
+  for (int i = 0; i < DecodeRegs<kHd>::kSteps; ++i) {
+    const int r0 = c + 16 * (kDecodeWarps * i + warp);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int row = r0 + g + 8 * j;
+      const __half* src = k_head + int64_t(row) * kHd + kHd / 4 * t;
+#pragma unroll
+      for (int u = 0; u < kHd / 32; ++u) {
+        const uint4 x = row < limit ? load_ro16(src + 8 * u) : make_uint4(0u, 0u, 0u, 0u);
+        r.k[i][j][4 * u] = x.x;
+        r.k[i][j][4 * u + 1] = x.y;
+        r.k[i][j][4 * u + 2] = x.z;
+        r.k[i][j][4 * u + 3] = x.w;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int row = r0 + 2 * t + (j & 1) + 8 * (j >> 1);
+      const __half* src = v_head + int64_t(row) * kHd + kHd / 8 * g;
+#pragma unroll
+      for (int u = 0; u < kHd / 64; ++u) {
+        const uint4 x = row < limit ? load_ro16(src + 8 * u) : make_uint4(0u, 0u, 0u, 0u);
+        r.v[i][j][4 * u] = x.x;
+        r.v[i][j][4 * u + 1] = x.y;
+        r.v[i][j][4 * u + 2] = x.z;
+        r.v[i][j][4 * u + 3] = x.w;
+      }
+    }
   }
+}
+
+// kHd: head_dim, 64 or 128. Fragment layouts as in mma_16816 (cuda_common.cuh), g = lane / 4,
+// t = lane % 4:
+//   Sᵀ = K·qᵀ, per step and k-step kk (16 dims): A = K rows (m = row g, g + 8), its k = 2t.., 2t+8..
+//       being the lane's dims (head_dim / 4)·t + 4kk + {0, 1} and + {2, 3} (words 2kk and 2kk + 1 of
+//       its K registers); B = q with the same dims, n = head g. The result holds the scores of rows
+//       g and g + 8 for heads 2t and 2t + 1.
+//   Oᵀ += Vᵀ·Pᵀ, per step and m-tile j: A = V (m = dims (head_dim / 8)·g + 2j and + 1, the low and
+//       high halves of word j; k = rows 2t, 2t+1, 2t+8, 2t+9); B = P (k = those rows, n = head g):
+//       the transposes of the score fragments as fp16. Lane (g, t) accumulates heads 2t, 2t + 1 at
+//       dims (head_dim / 8)·g + 2j, + 1.
+template <int kHd>
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const DecodeArgs a) {
+  constexpr int kSteps = decode_steps(kHd), kChunk = decode_chunk(kHd);
+  constexpr int kKWords = kHd / 8, kVWords = kHd / 16;
+  __shared__ __align__(16) DecodeShared<kHd> sh;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int h0 = kvh * a.group + blockIdx.z * kDecodeHeads;         // first query head of the block
+  const int nh = min(kDecodeHeads, a.group - int(blockIdx.z) * kDecodeHeads);  // its heads
+  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
+  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
+
+  grid_dependency_wait();
+  allow_dependent_launch();
+  // Split 0 starts at row 0 for any n_kv: its first chunk is loaded before n_kv is known (rows
+  // past n_kv are masked below), so that a one-chunk context waits on memory once.
+  DecodeRegs<kHd> r;
+  if (split == 0) load_chunk(r, k_head, v_head, 0, a.n_ctx, warp, g, t);
+  float4 qf[kHd / 16];  // q of head g, dims (head_dim / 4)·t ..
+#pragma unroll
+  for (int i = 0; i < kHd / 16; ++i) {
+    qf[i] = g < nh ? *reinterpret_cast<const float4*>(a.q + int64_t(h0 + g) * kHd + kHd / 4 * t + 4 * i)
+                   : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+  const int n_kv = min(*a.n_kv, a.n_ctx);
+  if (n_kv <= 0) {  // nothing to attend to (outside the op's contract): a zero output
+    if (split == 0)
+      for (int i = threadIdx.x; i < nh * kHd; i += kDecodeThreads) a.out[int64_t(h0) * kHd + i] = __float2half_rn(0.f);
+    return;
+  }
+  int len, n_used;
+  plan_splits(n_kv, kChunk, decode_unit(kHd), gridDim.x, len, n_used);
+  if (split >= n_used) return;
+  const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
+
+  // q · scale · log2(e) as fp16 hi and lo · 2^11 parts, in the K registers' word order.
+  uint32_t qh[kKWords], ql[kKWords];
+#pragma unroll
+  for (int w = 0; w < kKWords; ++w) {
+    const float4 v = qf[w / 2];
+    const float x0 = (w % 2 ? v.z : v.x) * a.qscale, x1 = (w % 2 ? v.w : v.y) * a.qscale;
+    const __half2 hi = __floats2half2_rn(x0, x1);
+    const float2 hf = __half22float2(hi);
+    memcpy(&qh[w], &hi, 4);
+    ql[w] = float2_to_half2_bits((x0 - hf.x) * 2048.f, (x1 - hf.y) * 2048.f);
+  }
+
+  float m_run[2] = {-INFINITY, -INFINITY};  // running maximum of heads 2t, 2t + 1 (same in all g)
+  float l_run[2] = {0.f, 0.f};              // this lane's part of their running sums
+  float o[kVWords][4] = {};                 // Oᵀ fragments
+  if (split != 0) load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t);
+  for (int c = r_begin; c < r_end; c += kChunk) {
+    if (c + 16 * warp >= r_end) break;  // the warp has no rows here or after
+    if (c != r_begin) load_chunk(r, k_head, v_head, c, r_end, warp, g, t);
+
+    // Scores of the warp's steps; rows past r_end are -inf, steps past it are skipped.
+    float s[kSteps][4];
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const int r0 = c + 16 * (kDecodeWarps * i + warp);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = -INFINITY;
+      if (r0 >= r_end) continue;
+      float hi[4] = {}, lo[4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kHd / 16; ++kk) {
+        const uint32_t ka[4] = {r.k[i][0][2 * kk], r.k[i][1][2 * kk], r.k[i][0][2 * kk + 1], r.k[i][1][2 * kk + 1]};
+        mma_16816(hi, ka, qh[2 * kk], qh[2 * kk + 1]);
+        mma_16816(lo, ka, ql[2 * kk], ql[2 * kk + 1]);
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (r0 + g + 8 * (e >> 1) < r_end) s[i][e] = fmaf(lo[e], 1.0f / 2048.f, hi[e]);
+      }
+    }
+
+    // Online softmax over the chunk: the maximum over the warp's rows (lanes of equal t hold the
+    // same heads), finite because the warp's first step has its row 0.
+    float mx[2] = {m_run[0], m_run[1]};
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      mx[0] = fmaxf(mx[0], fmaxf(s[i][0], s[i][2]));
+      mx[1] = fmaxf(mx[1], fmaxf(s[i][1], s[i][3]));
+    }
+#pragma unroll
+    for (int x = 4; x < 32; x <<= 1) {
+      mx[0] = fmaxf(mx[0], __shfl_xor_sync(0xffffffffu, mx[0], x));
+      mx[1] = fmaxf(mx[1], __shfl_xor_sync(0xffffffffu, mx[1], x));
+    }
+    const float alpha[2] = {exp2f(m_run[0] - mx[0]), exp2f(m_run[1] - mx[1])};  // 0 on the first chunk
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      m_run[e] = mx[e];
+      l_run[e] *= alpha[e];
+    }
+#pragma unroll
+    for (int j = 0; j < kVWords; ++j) {
+      o[j][0] *= alpha[0];
+      o[j][1] *= alpha[1];
+      o[j][2] *= alpha[0];
+      o[j][3] *= alpha[1];
+    }
+
+#pragma unroll
+    for (int i = 0; i < kSteps; ++i) {
+      const int r0 = c + 16 * (kDecodeWarps * i + warp);
+      if (r0 >= r_end) continue;
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        p[e] = exp2f(s[i][e] - m_run[e & 1]);
+        l_run[e & 1] += p[e];
+      }
+      const uint32_t pb0 = transpose8x8(float2_to_half2_bits(p[0], p[1]));  // rows 2t, 2t+1 of head g
+      const uint32_t pb1 = transpose8x8(float2_to_half2_bits(p[2], p[3]));  // rows 2t+8, 2t+9
+      if (r0 + 16 > r_end) {  // V rows past r_end may hold anything (split 0 reads ahead): zero them
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          if (r0 + 2 * t + (j & 1) + 8 * (j >> 1) >= r_end) {
+#pragma unroll
+            for (int w = 0; w < kVWords; ++w) r.v[i][j][w] = 0u;
+          }
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kVWords; ++j) {
+        const uint32_t va[4] = {__byte_perm(r.v[i][0][j], r.v[i][1][j], 0x5410), __byte_perm(r.v[i][0][j], r.v[i][1][j], 0x7632),
+                                __byte_perm(r.v[i][2][j], r.v[i][3][j], 0x5410), __byte_perm(r.v[i][2][j], r.v[i][3][j], 0x7632)};
+        mma_16816(o[j], va, pb0, pb1);
+      }
+    }
+  }
+
+  // The warp's sums over its rows, then its results for the block's combine.
+#pragma unroll
+  for (int x = 4; x < 32; x <<= 1) {
+    l_run[0] += __shfl_xor_sync(0xffffffffu, l_run[0], x);
+    l_run[1] += __shfl_xor_sync(0xffffffffu, l_run[1], x);
+  }
+  if (g == 0) {
+    sh.m[warp][2 * t] = m_run[0];
+    sh.m[warp][2 * t + 1] = m_run[1];
+    sh.l[warp][2 * t] = l_run[0];
+    sh.l[warp][2 * t + 1] = l_run[1];
+  }
+#pragma unroll
+  for (int j = 0; j < kVWords; ++j) {
+    const int d = kHd / 8 * g + 2 * j;
+    *reinterpret_cast<float2*>(&sh.o[warp][2 * t][d]) = make_float2(o[j][0], o[j][2]);
+    *reinterpret_cast<float2*>(&sh.o[warp][2 * t + 1][d]) = make_float2(o[j][1], o[j][3]);
+  }
+  __syncthreads();
+  decode_finish(a, sh, n_used, h0, nh);
+}
+
+__global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kernel(const DecodeArgs a) {
+  constexpr int kPer = kMaxHeadDim / 32;  // dims per lane: lane + 32·i
+  __shared__ __align__(16) DecodeShared<kMaxHeadDim> sh;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int split = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim;
+  const int h0 = kvh * a.group + blockIdx.z * kDecodeHeads;
+  const int nh = min(kDecodeHeads, a.group - int(blockIdx.z) * kDecodeHeads);
+
+  grid_dependency_wait();
+  allow_dependent_launch();
+  float q[kDecodeHeads][kPer];  // scaled q of the block's heads (zeros past head_dim and nh)
+#pragma unroll
+  for (int h = 0; h < kDecodeHeads; ++h) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int d = lane + 32 * i;
+      q[h][i] = h < nh && d < hd ? a.q[int64_t(h0 + h) * hd + d] * a.qscale : 0.f;
+    }
+  }
+  const int n_kv = min(*a.n_kv, a.n_ctx);
+  if (n_kv <= 0) {  // nothing to attend to (outside the op's contract): a zero output
+    if (split == 0)
+      for (int i = threadIdx.x; i < nh * hd; i += kDecodeThreads) a.out[int64_t(h0) * hd + i] = __float2half_rn(0.f);
+    return;
+  }
+  int len, n_used;
+  plan_splits(n_kv, kGenericChunk, kGenericChunk, gridDim.x, len, n_used);
+  if (split >= n_used) return;
+  const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
+
+  float m[kDecodeHeads], l[kDecodeHeads], o[kDecodeHeads][kPer];
+#pragma unroll
+  for (int h = 0; h < kDecodeHeads; ++h) {
+    m[h] = -INFINITY;
+    l[h] = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) o[h][i] = 0.f;
+  }
+  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * hd;
+  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * hd;
+  for (int row = r_begin + warp; row < r_end; row += kDecodeWarps) {
+    float kf[kPer] = {}, vf[kPer] = {};
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int d = lane + 32 * i;
+      if (32 * i >= hd) break;
+      if (d < hd) {
+        kf[i] = __half2float(k_head[int64_t(row) * hd + d]);
+        vf[i] = __half2float(v_head[int64_t(row) * hd + d]);
+      }
+    }
+#pragma unroll
+    for (int h = 0; h < kDecodeHeads; ++h) {
+      if (h >= nh) break;
+      float s = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if (32 * i >= hd) break;
+        s = fmaf(q[h][i], kf[i], s);
+      }
+      s = warp_sum(s);
+      const float m_new = fmaxf(m[h], s);
+      const float c = exp2f(m[h] - m_new), p = exp2f(s - m_new);  // c = 0 on the first row
+      m[h] = m_new;
+      l[h] = fmaf(l[h], c, p);
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        if (32 * i >= hd) break;
+        o[h][i] = fmaf(o[h][i], c, p * vf[i]);
+      }
+    }
+  }
+
+  const int hd4 = (hd + 3) & ~3;
+#pragma unroll
+  for (int h = 0; h < kDecodeHeads; ++h) {
+    if (lane == 0) {
+      sh.m[warp][h] = m[h];
+      sh.l[warp][h] = l[h];
+    }
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int d = lane + 32 * i;
+      if (d < hd4) sh.o[warp][h][d] = d < hd ? o[h][i] : 0.f;
+    }
+  }
+  __syncthreads();
+  decode_finish(a, sh, n_used, h0, nh);
 }
 
 // ---- prefill -------------------------------------------------------------------------------------
@@ -529,10 +720,7 @@ void check_heads(const char* op, int n_head, int n_head_kv, int head_dim, int n_
 }  // namespace
 
 void CudaBackend::prepare_attention() {
-  // The decode V tile for the largest head_dim.
-  const int smem = kDecodeTile * kMaxHeadDim * int(sizeof(__half));
-  for (int heads : {1, 2, 4, 8})
-    CUDA_CHECK(cudaFuncSetAttribute(decode_kernel(heads), cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  // Every attention kernel fits the default 48 KB of static shared memory: nothing to set.
 }
 
 void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
@@ -540,15 +728,26 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   check_heads(op, d.n_head, d.n_head_kv, d.head_dim, d.n_ctx, kMaxHeadDim);
   CUDA_REQUIRE(d.q && d.k_cache && d.v_cache && d.out && d.n_kv, op, "a pointer is missing");
   const int group = d.n_head / d.n_head_kv;
-  const int heads = group > 4 ? 8 : group > 2 ? 4 : group;  // a power of two covering the group, at most 8
-  const int head_tiles = int(ceil_div(group, heads));
+  const int head_tiles = int(ceil_div(group, kDecodeHeads));
   CUDA_REQUIRE(int64_t(d.n_head_kv) * head_tiles <= kAttnCounters, op, "too many KV heads");
 
-  // The grid covers the most splits a context of n_ctx rows can use; the kernel picks the split
-  // length from *n_kv and the blocks past the last split exit.
-  const int n_splits = int(std::min<int64_t>(ceil_div(d.n_ctx, kDecodeTile), kMaxSplits));
-  CUDA_REQUIRE(int64_t(d.n_head) * n_splits * (d.head_dim + 2) <= int64_t(kAttnPartialFloats), op,
-               "too many heads for the split workspace");
+  // Tensor cores for head_dim 64 and 128 with 16-byte aligned q and caches, the generic kernel
+  // otherwise.
+  const bool tensor = (d.head_dim == 64 || d.head_dim == 128) && aligned_to(d.q, 16) && aligned_to(d.k_cache, 16) &&
+                      aligned_to(d.v_cache, 16);
+  const int one = tensor ? decode_chunk(d.head_dim) : kGenericChunk;  // rows taken as one split
+  const int unit = tensor ? decode_unit(d.head_dim) : kGenericChunk;
+  // Long contexts split into about one block per multiprocessor (at most kMaxSplits per KV head and
+  // head tile, and as many as the partials workspace holds); the grid covers the splits a context of
+  // n_ctx rows can use, and the kernel picks the split length from *n_kv (plan_splits).
+  const int64_t hd4 = ceil_div(d.head_dim, 4) * 4;
+  const int64_t per_split = int64_t(d.n_head) * (hd4 + 2);  // partial floats of one split of every head
+  CUDA_REQUIRE(per_split <= int64_t(kAttnPartialFloats), op, "too many heads for the split workspace");
+  const int64_t max_splits = std::min<int64_t>(
+      {std::max<int64_t>(1, multiprocessors() / (int64_t(d.n_head_kv) * head_tiles)), kMaxSplits,
+       int64_t(kAttnPartialFloats) / per_split});
+  const int n_splits = d.n_ctx <= one ? 1 : int(std::min<int64_t>(max_splits, ceil_div(d.n_ctx, unit)));
+
   DecodeArgs a;
   a.q = d.q;
   a.k_cache = reinterpret_cast<const __half*>(d.k_cache);
@@ -557,16 +756,19 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   a.n_kv = d.n_kv;
   a.head_dim = d.head_dim;
   a.n_ctx = d.n_ctx;
-  a.hd_shift = (d.head_dim & (d.head_dim - 1)) == 0 ? __builtin_ctz(unsigned(d.head_dim)) : -1;
   a.group = group;
   a.qscale = d.scale * kLog2e;
-  a.vec8 = d.head_dim % 8 == 0 && aligned_to(d.k_cache, 16) && aligned_to(d.v_cache, 16);
   a.part_o = attn_partials_.as<float>();
-  a.part_ml = a.part_o + int64_t(d.n_head) * n_splits * d.head_dim;
+  a.part_ml = a.part_o + int64_t(d.n_head) * n_splits * hd4;
   a.counters = attn_counters_.as<unsigned>();
-  const size_t smem = size_t(kDecodeTile) * size_t(d.head_dim) * sizeof(__half);
-  launch(decode_kernel(heads), dim3(unsigned(n_splits), unsigned(d.n_head_kv), unsigned(head_tiles)),
-         dim3(kDecodeThreads), smem, a);
+  const dim3 grid(unsigned(n_splits), unsigned(d.n_head_kv), unsigned(head_tiles));
+  if (!tensor) {
+    launch(attention_decode_generic_kernel, grid, dim3(kDecodeThreads), 0, a);
+  } else if (d.head_dim == 64) {
+    launch(attention_decode_kernel<64>, grid, dim3(kDecodeThreads), 0, a);
+  } else {
+    launch(attention_decode_kernel<128>, grid, dim3(kDecodeThreads), 0, a);
+  }
 }
 
 void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {

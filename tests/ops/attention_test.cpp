@@ -1,5 +1,9 @@
 // Conformance of attention_prefill (causal, pos0 = 0 and > 0, q inside wider rows) and
-// attention_decode (n_kv read from backend memory), over grouped-query head layouts.
+// attention_decode (n_kv read from backend memory), over grouped-query head layouts. The decode
+// cases walk n_kv across the split boundaries of the CUDA kernels (one split up to a chunk of 256
+// rows at head_dim 64 and 128 rows at 128, then splits of whole half chunks, at most 64 of them),
+// through one descriptor so that a combine which leaves its arrival counter set fails the next
+// call, and cover the generic kernel (other head_dims, q and caches without 16-byte alignment).
 //
 // Tolerance of an output of query head h in row i: kHalfUlp·|want| + kHalfSubnormal (fp16 output
 // rounding) + (2^-11 + 2·e_w)·max|v|, where
@@ -107,17 +111,22 @@ class AttentionTest : public OpsTest {
   }
 
   // Decode against each n_kv in turn, with one descriptor: only the n_kv value in backend memory
-  // changes between calls. Rows from max(n_kv_list) on are poison.
-  void check_decode(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list, float q_amp) {
+  // changes between calls. Rows from max(n_kv_list) on are poison. `misalign` elements before q and
+  // each cache in their buffers (1: q 4-byte and the caches 2-byte aligned only).
+  void check_decode(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list, float q_amp,
+                    int misalign = 0) {
     const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim;
     const Caches c = make_caches(rng, hd, n_ctx, *std::max_element(n_kv_list.begin(), n_kv_list.end()));
     const float scale = 1.0f / std::sqrt(float(hd.head_dim));
-    Buffer kc = upload(c.k), vc = upload(c.v);
-    Buffer qb = alloc<float>(size_t(q_dim)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
+    std::vector<half_t> k_host(size_t(misalign), 0), v_host(size_t(misalign), 0);
+    k_host.insert(k_host.end(), c.k.begin(), c.k.end());
+    v_host.insert(v_host.end(), c.v.begin(), c.v.end());
+    Buffer kc = upload(k_host), vc = upload(v_host);
+    Buffer qb = alloc<float>(size_t(q_dim + misalign)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
     AttentionDecodeDesc d;
-    d.q = qb.as<float>();
-    d.k_cache = kc.as<half_t>();
-    d.v_cache = vc.as<half_t>();
+    d.q = qb.as<float>() + misalign;
+    d.k_cache = kc.as<half_t>() + misalign;
+    d.v_cache = vc.as<half_t>() + misalign;
     d.out = out.as<half_t>();
     d.n_kv = n_kv_b.as<int32_t>();
     d.n_head = hd.n_head;
@@ -128,7 +137,7 @@ class AttentionTest : public OpsTest {
     for (int n_kv : n_kv_list) {
       const std::vector<float> q = random_floats(rng, size_t(q_dim), -q_amp, q_amp);
       const int32_t n_kv_host = n_kv;
-      be().upload(qb.data(), q.data(), q.size() * sizeof(float));
+      be().upload(qb.as<float>() + misalign, q.data(), q.size() * sizeof(float));
       be().upload(n_kv_b.data(), &n_kv_host, sizeof(int32_t));
       be().attention_decode(d);
       std::vector<double> score_mag;
@@ -171,6 +180,30 @@ TEST_P(AttentionTest, Decode) {
     check_decode(rng, hd, 4096, {4096, 1, 17}, 2.0f);
     check_decode(rng, hd, 300, {1, 17, 255}, 2.0f);
   }
+}
+
+// n_kv around the one-split limit and multiples of the split unit, for the benchmarked layout (14/2,
+// head_dim 64), a group of 3 and head_dim 128, with returns to short contexts in between.
+TEST_P(AttentionTest, DecodeSplitBoundaries) {
+  Rng rng(906);
+  check_decode(rng, kHeads[0], 4096, {1, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1000, 4096, 257, 17, 4095}, 2.0f);
+  check_decode(rng, kHeads[1], 3000, {256, 257, 3000, 1, 700}, 2.0f);
+  for (const Heads& hd : {kHeads[3], kHeads[4]}) check_decode(rng, hd, 1100, {1, 127, 128, 129, 1000, 256, 1100}, 2.0f);
+}
+
+// More than 64 chunks of rows: each split spans more than one chunk, whatever the multiprocessor count.
+TEST_P(AttentionTest, DecodeLongContext) {
+  Rng rng(907);
+  check_decode(rng, kHeads[0], 16448, {16385, 16448, 300}, 2.0f);
+}
+
+// Layouts the CUDA backend leaves to its generic kernel: head_dims other than 64 and 128 (down to 2
+// and up to 256, one not a multiple of 4), and q and caches that are not 16-byte aligned.
+TEST_P(AttentionTest, DecodeOtherLayouts) {
+  Rng rng(908);
+  for (const Heads& hd : {Heads{6, 2, 40}, Heads{4, 1, 256}, Heads{2, 2, 2}, Heads{10, 2, 96}, Heads{3, 1, 18}})
+    check_decode(rng, hd, 300, {1, 64, 65, 300, 17}, 2.0f);
+  for (const Heads& hd : {kHeads[0], kHeads[3]}) check_decode(rng, hd, 600, {1, 65, 600, 200}, 2.0f, 1);
 }
 
 // Scores in the hundreds: exp overflows fp32 unless the maximum is subtracted first.
