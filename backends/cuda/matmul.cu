@@ -9,13 +9,12 @@
 //                    16 int8 weights, so one load of a warp covers 512 contiguous bytes of a row. Long
 //                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
 //                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 2 warps per row).
-//                    A launch takes at most two blocks of 256 threads per multiprocessor and 64
-//                    registers per thread, half of the register file: the next kernel's blocks (launched
-//                    early, programmatic dependent launch) become resident beside it and request their
-//                    own weights, which do not depend on this kernel, while it runs. A lane requests
-//                    its first batch of vectors (up to 8) before waiting on the previous kernel; a
-//                    warp with more rows or batches (ffn_gate_up: 4864 rows for 2112 warps) requests
-//                    each next batch before using the current one. x (k fp16 values, or the rmsnorm
+//                    A launch takes as many blocks of 256 threads (64 registers each) as fit on the
+//                    GPU at once: the more warps, the more weights are requested before the
+//                    previous kernel ends (programmatic dependent launch; the weights do not depend
+//                    on it). A lane requests its first batch of vectors (up to 8) before waiting on
+//                    the previous kernel; a warp with more rows or batches (ffn_gate_up: 4864 rows
+//                    for 4224 warps) requests each next batch before using the current one. x (k fp16 values, or the rmsnorm
 //                    prologue's fp16 output) is staged once per block in shared memory as fp32, every
 //                    load of a thread issued before the first store; the bias and the y being
 //                    accumulated into are requested when a row starts. int8 → fp32 is one byte permute
@@ -27,8 +26,7 @@
 //                    in the rope kernel.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
-//                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them). A matrix that streams for tens of microseconds gains
-//                    nothing from leaving room beside it and takes every resident slot.
+//                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit).
 //
@@ -53,13 +51,8 @@ namespace {
 
 constexpr int kGemvWarps = 8;
 constexpr int kGemvThreads = kGemvWarps * 32;
-// Every variant fits 64 registers per thread (4 blocks per multiprocessor), and a launch takes at
-// most kGemvBlocksPerSm blocks per multiprocessor: half of the register file, so the next kernel's
-// blocks become resident beside it and request their weights while this one computes.
+// Every variant fits 64 registers per thread: 4 blocks per multiprocessor.
 constexpr int kGemvMinBlocks = 4;
-constexpr int kGemvBlocksPerSm = 2;
-// A matrix streaming longer than that overlap matters (the lm_head) takes every resident slot.
-constexpr int64_t kGemvAllSlotsBytes = int64_t(64) << 20;
 constexpr int kRopePairs = kGemvWarps / 2;  // rope epilogue: a block's warps hold 4 rotation pairs
 constexpr int kNormUnits = 2;  // prologue: 4-value units per thread held in registers (k <= 2048)
 constexpr int kStageBatch = 8;  // x staging: 4-value units per thread loaded before any is stored
@@ -504,10 +497,9 @@ struct GemvPlan {
   int64_t blocks = 0;
 };
 
-GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t weight_bytes, int sm_count, int occupancy) {
+GemvPlan gemv_plan(int rows, int chunks, bool pair, int sm_count, int occupancy) {
   GemvPlan p;
-  const int blocks_per_sm = weight_bytes > kGemvAllSlotsBytes ? occupancy : std::min(kGemvBlocksPerSm, occupancy);
-  const int64_t max_blocks = int64_t(blocks_per_sm) * sm_count;
+  const int64_t max_blocks = int64_t(occupancy) * sm_count;
   // Long rows are split over several warps while each lane keeps at least two vectors of the row
   // and the rows still fit the launch: ffn_down (896 rows of 304 vectors) gets 2 warps per row,
   // 224 blocks, and has all its weights in flight at once.
@@ -804,7 +796,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const size_t smem = gemv_smem(w);
   const GemvKernel probe = gemv_kernel(w8, d.epilogue, 2);
   const int occupancy = resident_blocks(reinterpret_cast<const void*>(probe), kGemvThreads, smem);
-  const GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, int64_t(w.stream_bytes()), sm_count_, occupancy);
+  const GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, sm_count_, occupancy);
   a.slices = plan.slices;
   int64_t blocks = plan.blocks;
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
