@@ -101,4 +101,30 @@ std::unique_ptr<Backend> create_backend(const std::string& name) {
   throw BackendError("unknown backend '" + name + "' (expected cpu or cuda)");
 }
 
+uint64_t DownloadTickets::open(size_t bytes, int& slot) {
+  if (bytes == 0 || bytes > kQueuedDownloadBytes) {
+    throw BackendError("queue_download: " + std::to_string(bytes) + " bytes (expected 1.." +
+                       std::to_string(kQueuedDownloadBytes) + ")");
+  }
+  const uint64_t t = next_;
+  slot = int(t % kQueuedDownloads);
+  if (open_[slot] != 0) {
+    throw BackendError("queue_download: more than " + std::to_string(kQueuedDownloads) + " downloads outstanding");
+  }
+  ++next_;
+  open_[slot] = t;
+  bytes_[slot] = bytes;
+  return t;
+}
+
+int DownloadTickets::close(uint64_t ticket, size_t& bytes) {
+  const int slot = int(ticket % kQueuedDownloads);
+  if (ticket == 0 || open_[slot] != ticket) {
+    throw BackendError("collect_download: ticket " + std::to_string(ticket) + " is not outstanding");
+  }
+  open_[slot] = 0;
+  bytes = bytes_[slot];
+  return slot;
+}
+
 }  // namespace tllm

@@ -33,6 +33,9 @@ namespace tllm {
 // of the GGUF formats the weights come from (Q4_0..Q8_0 and the K-quants' sub-blocks divide it), so
 // requantisation never mixes two source blocks into one group.
 constexpr int kW8Group = 32;
+// Queued downloads (Backend::queue_download): outstanding at once, and bytes each.
+constexpr int kQueuedDownloads = 8;
+constexpr size_t kQueuedDownloadBytes = 64;
 
 enum class WeightType : uint8_t {
   W8,   // int8 q (N, K) + fp16 scales (N, K / kW8Group); w[n][k] = q[n][k] * scale[n][k / kW8Group]
@@ -331,6 +334,12 @@ class Backend {
   virtual void upload(void* dst, const void* src, size_t bytes) = 0;
   // Copies backend → host memory; waits for earlier ops to finish first.
   virtual void download(void* dst, const void* src, size_t bytes) = 0;
+  // A small download that does not wait: the copy of `bytes` (at most kQueuedDownloadBytes) at src
+  // is queued behind the ops queued so far and a ticket returned at once; collect_download(ticket,
+  // dst) waits for that copy and writes the bytes to dst. Up to kQueuedDownloads tickets may be
+  // outstanding; each is collected once. Throws BackendError on a bad size or ticket.
+  virtual uint64_t queue_download(const void* src, size_t bytes) = 0;
+  virtual void collect_download(uint64_t ticket, void* dst) = 0;
   virtual std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) = 0;
   virtual void synchronize() = 0;
   virtual MemoryInfo memory_info() const = 0;
@@ -388,6 +397,22 @@ std::vector<std::string> backend_names();
 // Creates a backend by name. Throws BackendError with a one-line reason (unknown name, not built,
 // no device visible).
 std::unique_ptr<Backend> create_backend(const std::string& name);
+
+// The ticket bookkeeping of Backend::queue_download, shared by the backends: ticket t uses slot
+// t % kQueuedDownloads, which must have been collected before it is reused.
+class DownloadTickets {
+ public:
+  // A new ticket for `bytes` and its slot; throws BackendError when bytes is 0 or too large or the
+  // slot is still outstanding.
+  uint64_t open(size_t bytes, int& slot);
+  // The slot and size of an outstanding ticket, which is then closed; throws BackendError otherwise.
+  int close(uint64_t ticket, size_t& bytes);
+
+ private:
+  uint64_t next_ = 1;
+  uint64_t open_[kQueuedDownloads] = {};  // ticket held by each slot, 0 when free
+  size_t bytes_[kQueuedDownloads] = {};
+};
 // True when `name` was built in and can be created on this machine (a GPU is visible for "cuda").
 bool backend_available(const std::string& name);
 

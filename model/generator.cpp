@@ -57,6 +57,23 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
   if (opt.max_tokens <= 0) return res;
   int32_t tok = pick();
   res.ttft_ms = ms_since(t0);
+  // Plain greedy decoding runs one step ahead of the host: the step for a token is queued before
+  // the host has read that token (the device feeds each step's argmax to the next, decode_next),
+  // so the device never waits for the host between steps. The step after the last token is run
+  // only when another token can follow; when generation stops at an end token or a callback, that
+  // token's step has already run ahead, which leaves the session as if it had not: its cache row
+  // is rewritten when the pending token is run by the next call.
+  const bool ahead = sampler_.params().is_plain_greedy();
+  uint64_t ticket = 0;  // ahead: the queued download of the step after tok, when `queued`
+  bool queued = false;
+  // Whether the g-th generated token is run through the model (another token follows it) at pos.
+  auto runs = [&](size_t g, int pos) { return int(g) < opt.max_tokens && pos < n_ctx; };
+  auto ts = std::chrono::steady_clock::now();
+  if (ahead && runs(1, n_past())) {
+    model_.decode(tok, n_past());
+    ticket = model_.queue_argmax();
+    queued = true;
+  }
   for (;;) {
     res.tokens.push_back(tok);
     if (on_token && !on_token(tok)) {
@@ -73,14 +90,30 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
     }
     if (n_past() >= n_ctx) {
       res.stop = StopReason::ContextFull;
+      if (queued) model_.take_argmax(ticket);
       return res;
     }
-    const auto ts = std::chrono::steady_clock::now();
-    model_.decode(tok, n_past());
-    history_.push_back(tok);
-    tok = pick();
+    if (ahead && queued) {
+      // tok's step is queued: queue the one after it, then wait for tok's successor.
+      history_.push_back(tok);
+      const bool next = runs(res.tokens.size() + 1, n_past());
+      uint64_t next_ticket = 0;
+      if (next) {
+        model_.decode_next(n_past());
+        next_ticket = model_.queue_argmax();
+      }
+      tok = model_.take_argmax(ticket);
+      ticket = next_ticket;
+      queued = next;
+    } else {
+      model_.decode(tok, n_past());
+      history_.push_back(tok);
+      tok = pick();
+    }
     res.token_ms.push_back(ms_since(ts));
+    ts = std::chrono::steady_clock::now();
   }
+  if (queued) model_.take_argmax(ticket);  // the step ahead ran for nothing; its ticket is closed
   pending_ = tok;
   return res;
 }

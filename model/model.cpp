@@ -294,7 +294,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   m->tokens_ = be.alloc(B * sizeof(int32_t));
   m->pos_ = be.alloc(B * sizeof(int32_t));
   m->logits_ = be.alloc(size_t(c.n_vocab) * sizeof(float));
-  m->step_ = be.alloc(4 * sizeof(int32_t));
+  m->step_ = be.alloc(3 * sizeof(int32_t));
   be.synchronize();
   return m;
 }
@@ -431,8 +431,9 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       h.norm_weight = output_norm_.as<float>();
       h.norm_eps = cfg_.rms_eps;
       h.y = logits_.as<float>();
-      h.argmax = step_.as<int32_t>() + 3;
+      h.argmax = step_.as<int32_t>() + 2;
       be_.matmul_m1(h);
+      argmax_ready_ = true;
       if (all_logits) {
         be_.download(row_logits.data(), logits_.data(), row_logits.size() * sizeof(float));
         all_logits(start + i, row_logits.data(), cfg_.n_vocab);
@@ -441,34 +442,53 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   }
 }
 
-void Model::decode(int32_t token, int pos) {
-  if (token < 0 || token >= cfg_.n_vocab) {
-    throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary");
-  }
+void Model::check_position(int pos) const {
   if (pos < 0 || pos >= n_ctx_) {
     throw ModelError("position " + std::to_string(pos) + " is outside the context of " + std::to_string(n_ctx_) +
                      " tokens");
   }
-  ScopedRange range(be_, "decode");
-  const int32_t step[3] = {token, pos, pos + 1};
+}
+
+void Model::decode(int32_t token, int pos) {
+  if (token < 0 || token >= cfg_.n_vocab) {
+    throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary");
+  }
+  check_position(pos);
+  const int32_t step[3] = {pos, pos + 1, token};
   be_.upload(step_.data(), step, sizeof(step));
+  run_decode_step();
+}
+
+void Model::decode_next(int pos) {
+  if (!argmax_ready_) throw ModelError("decode_next: no step has computed a token to continue from");
+  check_position(pos);
+  const int32_t step[2] = {pos, pos + 1};
+  be_.upload(step_.data(), step, sizeof(step));  // the token slot keeps the last step's argmax
+  run_decode_step();
+}
+
+// One decode step on the scalars in step_: [pos, n_kv, token]. The lm_head's argmax replaces the
+// token, so the next step can start from it without the host (decode_next).
+void Model::run_decode_step() {
+  ScopedRange range(be_, "decode");
   int32_t* s = step_.as<int32_t>();
   be_.run_step(/*key=*/0, [&] {
     EmbeddingDesc e;
     e.table = embd_ ? embd_.get() : lm_head_.get();
-    e.ids = s;
+    e.ids = s + 2;
     e.out = x_.as<float>();
     be_.embedding(e);
-    run_layers(1, s + 1, s + 2, 0, /*decode=*/true);
+    run_layers(1, s, s + 1, 0, /*decode=*/true);
     MatmulDesc h;
     h.w = lm_head_.get();
     h.norm_x = x_.as<float>();
     h.norm_weight = output_norm_.as<float>();
     h.norm_eps = cfg_.rms_eps;
     h.y = logits_.as<float>();
-    h.argmax = s + 3;
+    h.argmax = s + 2;
     be_.matmul_m1(h);
   });
+  argmax_ready_ = true;
 }
 
 void Model::download_logits(float* dst) {
@@ -477,7 +497,18 @@ void Model::download_logits(float* dst) {
 
 int32_t Model::argmax() {
   int32_t id = -1;
-  be_.download(&id, step_.as<int32_t>() + 3, sizeof(id));
+  be_.download(&id, step_.as<int32_t>() + 2, sizeof(id));
+  return id;
+}
+
+uint64_t Model::queue_argmax() {
+  if (!argmax_ready_) throw ModelError("queue_argmax: no step has computed logits");
+  return be_.queue_download(step_.as<int32_t>() + 2, sizeof(int32_t));
+}
+
+int32_t Model::take_argmax(uint64_t ticket) {
+  int32_t id = -1;
+  be_.collect_download(ticket, &id);
   return id;
 }
 

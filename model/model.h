@@ -103,6 +103,14 @@ class Model {
   // greedy decoding downloads one token id, not the logits.
   int32_t argmax();
 
+  // Greedy decoding without waiting for the host between steps. decode_next(pos) queues the step at
+  // `pos` whose token is the argmax of the step before it (prefill, decode or decode_next), which
+  // only the device knows yet; queue_argmax() queues the download of the latest step's argmax and
+  // take_argmax(ticket) waits for it. So step n+1 can be queued before the host reads token n.
+  void decode_next(int pos);
+  uint64_t queue_argmax();
+  int32_t take_argmax(uint64_t ticket);
+
   // Per decode step: bytes of weights streamed (every matrix once + lm_head) and the KV bytes read
   // at context length n_kv.
   size_t decode_weight_bytes() const;
@@ -119,6 +127,8 @@ class Model {
   struct Layer;
   Model(Backend& be, ModelConfig cfg);
   void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode);
+  void run_decode_step();
+  void check_position(int pos) const;
 
   Backend& be_;
   ModelConfig cfg_;
@@ -139,7 +149,8 @@ class Model {
   Buffer tokens_;     // (max_batch) i32
   Buffer pos_;        // (max_batch) i32
   Buffer logits_;     // (n_vocab) f32
-  Buffer step_;       // i32 [token, pos, n_kv, argmax]: the per-token scalars of a decode step
+  Buffer step_;       // i32 [pos, n_kv, token]: a decode step's scalars; the lm_head's argmax lands on token
+  bool argmax_ready_ = false;  // a step has written its argmax to step_
 };
 
 }  // namespace tllm

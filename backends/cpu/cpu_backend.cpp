@@ -116,6 +116,19 @@ void CpuBackend::download(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
+uint64_t CpuBackend::queue_download(const void* src, size_t bytes) {
+  int slot = 0;
+  const uint64_t t = tickets_.open(bytes, slot);
+  std::memcpy(queued_[slot], src, bytes);
+  return t;
+}
+
+void CpuBackend::collect_download(uint64_t ticket, void* dst) {
+  size_t bytes = 0;
+  const int slot = tickets_.close(ticket, bytes);
+  std::memcpy(dst, queued_[slot], bytes);
+}
+
 std::unique_ptr<Matrix> CpuBackend::upload_matrix(const HostMatrix& m) {
   const std::string what = std::string("cpu backend: upload_matrix (") + weight_type_name(m.type) +
                            ", n=" + std::to_string(m.n) + ", k=" + std::to_string(m.k) + "): ";

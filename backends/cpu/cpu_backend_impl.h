@@ -133,6 +133,8 @@ class CpuBackend final : public Backend {
   Buffer alloc(size_t bytes) override;
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
+  uint64_t queue_download(const void* src, size_t bytes) override;
+  void collect_download(uint64_t ticket, void* dst) override;
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
   void synchronize() override {}
   MemoryInfo memory_info() const override;
@@ -168,6 +170,9 @@ class CpuBackend final : public Backend {
   Scratch<float> x32_;   // (m, k): the fp16 activations as fp32, what OpenBLAS reads
   Scratch<half_t> x16_;  // (m, k): the rmsnorm prologue's fp16 output
   Scratch<float> y32_;   // (m, n): the SwiGLU epilogue's gate and up projections
+  // Queued downloads: ops run when called, so the bytes are copied at once into their slot.
+  DownloadTickets tickets_;
+  unsigned char queued_[kQueuedDownloads][kQueuedDownloadBytes] = {};
 };
 
 // The CpuMatrix behind a Matrix; throws when the matrix was made by another backend.

@@ -6,6 +6,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -170,6 +171,32 @@ void CudaBackend::upload(void* dst, const void* src, size_t bytes) {
 void CudaBackend::download(void* dst, const void* src, size_t bytes) {
   if (bytes) CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
   CUDA_CHECK(cudaStreamSynchronize(stream()));
+}
+
+uint64_t CudaBackend::queue_download(const void* src, size_t bytes) {
+  if (!queued_) {  // first use: the pinned slots and their events
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, kQueuedDownloads * kQueuedDownloadBytes, cudaHostAllocDefault));
+    queued_.reset(p);
+    for (EventOwner& e : queued_done_) {
+      cudaEvent_t ev = nullptr;
+      CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+      e.reset(ev);
+    }
+  }
+  int slot = 0;
+  const uint64_t t = tickets_.open(bytes, slot);
+  unsigned char* host = static_cast<unsigned char*>(queued_.get()) + size_t(slot) * kQueuedDownloadBytes;
+  CUDA_CHECK(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream()));
+  CUDA_CHECK(cudaEventRecord(queued_done_[slot].get(), stream()));
+  return t;
+}
+
+void CudaBackend::collect_download(uint64_t ticket, void* dst) {
+  size_t bytes = 0;
+  const int slot = tickets_.close(ticket, bytes);
+  CUDA_CHECK(cudaEventSynchronize(queued_done_[slot].get()));
+  std::memcpy(dst, static_cast<unsigned char*>(queued_.get()) + size_t(slot) * kQueuedDownloadBytes, bytes);
 }
 
 std::unique_ptr<Matrix> CudaBackend::upload_matrix(const HostMatrix& m) {

@@ -69,6 +69,8 @@ class CudaBackend final : public Backend {
   Buffer alloc(size_t bytes) override;
   void upload(void* dst, const void* src, size_t bytes) override;
   void download(void* dst, const void* src, size_t bytes) override;
+  uint64_t queue_download(const void* src, size_t bytes) override;
+  void collect_download(uint64_t ticket, void* dst) override;
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
@@ -155,6 +157,10 @@ class CudaBackend final : public Backend {
   DeviceMemory attn_counters_;  // (kAttnCounters) uint32, zero between calls
   // Argmax: per-block (value, index) candidates and an arrival counter.
   DeviceMemory argmax_partials_;
+  // Queued downloads: one pinned host slot and one event per outstanding ticket.
+  DownloadTickets tickets_;
+  PinnedMemory queued_;  // (kQueuedDownloads, kQueuedDownloadBytes)
+  EventOwner queued_done_[kQueuedDownloads];
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
 

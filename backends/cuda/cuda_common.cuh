@@ -83,7 +83,15 @@ struct GraphDeleter {
 struct GraphExecDeleter {
   void operator()(cudaGraphExec_t g) const { cudaGraphExecDestroy(g); }
 };
+struct EventDeleter {
+  void operator()(cudaEvent_t e) const { cudaEventDestroy(e); }
+};
+struct PinnedDeleter {
+  void operator()(void* p) const { cudaFreeHost(p); }
+};
 using StreamOwner = std::unique_ptr<std::remove_pointer_t<cudaStream_t>, StreamDeleter>;
+using EventOwner = std::unique_ptr<std::remove_pointer_t<cudaEvent_t>, EventDeleter>;
+using PinnedMemory = std::unique_ptr<void, PinnedDeleter>;  // page-locked host memory (cudaHostAlloc)
 using GraphOwner = std::unique_ptr<std::remove_pointer_t<cudaGraph_t>, GraphDeleter>;
 using GraphExecOwner = std::unique_ptr<std::remove_pointer_t<cudaGraphExec_t>, GraphExecDeleter>;
 

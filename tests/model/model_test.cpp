@@ -154,6 +154,49 @@ TEST_P(ModelTest, GreedyIsDeterministicAndDecodeAllocatesNothing) {
   EXPECT_EQ(before.peak_bytes, after.peak_bytes);
 }
 
+// Greedy generation runs each step ahead of the host (Model::decode_next); its tokens must be those
+// of the plain loop prefill -> argmax -> decode -> argmax ..., including when a callback stops it
+// (the step run ahead for the pending token is rewritten by the next call) and the conversation
+// continues with a second prompt.
+TEST_P(ModelTest, GreedyRunAheadMatchesStepByStep) {
+  Loaded l = load(synth_file(arch()), backend());
+  Model& m = *l.model;
+  const auto toks = test_prompt(8, m.config().n_vocab);
+  const std::vector<int32_t> extra = {5, 6, 7};
+  // Plain loop: the first 5 tokens, then [5th token] + extra prefilled where the 5th would go.
+  std::vector<int32_t> want1, want2;
+  m.prefill(toks.data(), int(toks.size()), 0);
+  want1.push_back(m.argmax());
+  int pos = int(toks.size());
+  while (want1.size() < 5) {
+    m.decode(want1.back(), pos++);
+    want1.push_back(m.argmax());
+  }
+  std::vector<int32_t> second = {want1.back()};
+  second.insert(second.end(), extra.begin(), extra.end());
+  m.prefill(second.data(), int(second.size()), pos);
+  pos += int(second.size());
+  want2.push_back(m.argmax());
+  while (want2.size() < 10) {
+    m.decode(want2.back(), pos++);
+    want2.push_back(m.argmax());
+  }
+
+  Session s(m, SamplerParams{}, {});
+  GenerateOptions g;
+  g.max_tokens = 40;
+  g.stop_at_end_token = false;
+  int calls = 0;
+  const GenerationResult r1 = s.generate(toks, g, [&](int32_t) { return ++calls < 5; });  // stops at the 5th
+  EXPECT_EQ(r1.stop, StopReason::Callback);
+  EXPECT_EQ(r1.tokens, want1);
+  EXPECT_EQ(s.pending(), want1.back());
+  g.max_tokens = 10;
+  const GenerationResult r2 = s.generate(extra, g);
+  EXPECT_EQ(r2.tokens, want2);
+  EXPECT_EQ(s.n_past(), int(toks.size()) + 4 + 1 + int(extra.size()) + 9);
+}
+
 TEST_P(ModelTest, ContextLimitsAreEnforced) {
   Loaded l = load(synth_file(arch()), backend(), /*n_ctx=*/16, 8);
   const auto toks = test_prompt(17, l.model->config().n_vocab);

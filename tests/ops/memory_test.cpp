@@ -43,6 +43,35 @@ TEST_P(MemoryTest, UploadDownloadRoundTrip) {
   EXPECT_EQ(std::memcmp(bytes.data(), reinterpret_cast<const uint8_t*>(want.data()) + 3, bytes.size()), 0);
 }
 
+// Queued downloads see the value at their place in the queue (each slot is overwritten by a later
+// upload before the download is collected), are collected in any order, and refuse bad tickets,
+// sizes and too many outstanding copies.
+TEST_P(MemoryTest, QueuedDownloads) {
+  Buffer b = alloc<int32_t>(16);
+  std::vector<uint64_t> tickets;
+  for (int32_t i = 0; i < kQueuedDownloads; ++i) {
+    const int32_t v[2] = {100 + i, -i};
+    be().upload(b.data(), v, sizeof v);
+    tickets.push_back(be().queue_download(b.data(), sizeof v));
+  }
+  EXPECT_THROW(be().queue_download(b.data(), 4), BackendError);  // all slots outstanding
+  for (int i : {3, 0, 7, 1, 2, 6, 4, 5}) {
+    int32_t got[2] = {0, 0};
+    be().collect_download(tickets[size_t(i)], got);
+    EXPECT_EQ(got[0], 100 + i);
+    EXPECT_EQ(got[1], -i);
+  }
+  int32_t sink[16];
+  EXPECT_THROW(be().collect_download(tickets[0], sink), BackendError);  // collected already
+  EXPECT_THROW(be().collect_download(0, sink), BackendError);
+  EXPECT_THROW(be().queue_download(b.data(), 0), BackendError);
+  EXPECT_THROW(be().queue_download(b.data(), kQueuedDownloadBytes + 1), BackendError);
+  const uint64_t t = be().queue_download(b.data(), kQueuedDownloadBytes);
+  std::vector<int32_t> got(16, 1);
+  be().collect_download(t, got.data());
+  EXPECT_EQ(got[0], 100 + kQueuedDownloads - 1);
+}
+
 TEST_P(MemoryTest, MemoryInfoAccounting) {
   const MemoryInfo before = be().memory_info();
   EXPECT_GE(before.peak_bytes, before.allocated_bytes);
