@@ -137,6 +137,9 @@ class CudaBackend final : public Backend {
   bool matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w);
   void rope_epilogue(const MatmulDesc& d);  // MatmulEpilogue::QkvRopeAppend as its own kernel
   void matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x);
+  // Short prompts (m <= 64): false (nothing launched) when the shape does not fit the path.
+  bool matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w);
+  size_t small_smem_cap() const;             // staged x of matmul_prefill_small, bytes
   void prepare_matmul(const CudaMatrix& w);   // kernel attributes for the matrix's k (matmul.cu)
   void prepare_attention();                   // kernel attributes for every head_dim (attention.cu)
   ArgmaxWorkspace argmax_workspace();         // candidates of up to kArgmaxMaxBlocks blocks (argmax.cu)
@@ -163,6 +166,10 @@ class CudaBackend final : public Backend {
   EventOwner queued_done_[kQueuedDownloads];
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
+  // Short-prompt matmul split over k: (kSmallCounters) uint32 arrival counters, zero between
+  // launches, then the blocks' partial sums. Grown on demand (prefill only).
+  DeviceMemory small_partials_;
+  bool small_prepared_ = false;  // matmul_prefill_small may use small_smem_cap() bytes
 
   // Step capture (run_step).
   struct Step {

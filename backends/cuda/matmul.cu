@@ -30,16 +30,44 @@
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit).
 //
-// Prefill (m > 1) is bound by arithmetic:
+// Prefill of a short prompt (2 <= m <= 64) still streams weights: at m = 30 a projection's
+// arithmetic takes less time than its weights (1 to 9 MB) take to arrive, so, as in decode, every
+// weight is requested before the kernel waits for the previous one:
+//   matmul_prefill_small  A warp owns a tile of 16 weight rows (SwiGLU: 16 gate rows and the 16
+//                    matching up rows, so the epilogue has both) over up to 8 windows of 32 values
+//                    of k (half as many for F16, and for SwiGLU at 64 rows of x), held in registers.
+//                    The weights are the A operand of mma.sync m16n8k16, loaded straight into the
+//                    fragments: lane (g, t) reads values 8t .. 8t + 7 of rows g and g + 8 of a window
+//                    (an mma step sums over the 4 lanes of a quad, so a W8 group's 32 values are
+//                    split 8 per lane: one 8-byte load for W8, 16 bytes for F16) and the mma's k
+//                    order is permuted to match, in x as in the weights (see small_a_frag). int8 is
+//                    widened to fp16 exactly and each window's product is scaled per weight row in
+//                    fp32 into the sum, so the weights are never rounded. The rows of x (m rounded
+//                    up to a multiple of 8) are the B operand, staged in shared memory for the
+//                    block's windows as [window][row][32 values], so that a warp's 16-byte reads hit
+//                    every bank once. The rmsnorm prologue computes its fp16 rows there instead of
+//                    running as a kernel of its own (each block reads whole rows for their sums of
+//                    squares, in fp64 as the rmsnorm kernel does). Four warps ("slices") share a
+//                    tile's k and add their sums in shared memory in slice order. A block has 8 warps
+//                    (2 tiles, two blocks per SM), or 12 (3 tile pairs, one block per SM) for SwiGLU
+//                    up to 32 rows of x, whose 64 registers of weights and 32 of sums do not fit
+//                    the 128 registers of two blocks per SM. k is split over blocks (blockIdx.y) only
+//                    where four warps do not cover it (ffn_down, k = 4864: 5 splits of 32 windows)
+//                    or the staged x would not fit; the splits' sums go to a workspace and the last
+//                    block of a row block to arrive adds them up in split order, so the result does
+//                    not depend on timing. At m = 30 on an H200 (132 SMs): qkv_proj 36 blocks,
+//                    attn_out 28, ffn_gate_up 102, ffn_down 140, all resident at once.
+//
+// Longer prompts (m > 64) are bound by arithmetic:
 //   matmul_prefill   64x64 output tiles, 4 warps of 32x32, mma.sync m16n8k16 (fp16 in, fp32 out),
 //                    k in steps of 32 (one W8 group) double-buffered in shared memory. W8 weights are
 //                    widened to fp16 exactly (the int8 values themselves); each group's product is
 //                    scaled per column in fp32, so the weights are never rounded. The SwiGLU form
 //                    interleaves gate and up rows in the tile's columns, so each thread holds the gate
 //                    and up value of the same output. The rmsnorm prologue runs first, as the rmsnorm
-//                    kernel into a workspace. When the output tiles alone would leave SMs idle (a
-//                    short prompt against n = 896), k is split over blockIdx.z and the partial sums are
-//                    added into y atomically (y zeroed first unless accumulating).
+//                    kernel into a workspace. When the output tiles alone would leave SMs idle (up to
+//                    a few hundred rows against n = 896), k is split over blockIdx.z and the partial
+//                    sums are added into y atomically (y zeroed first unless accumulating).
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend_impl.cuh"
@@ -733,6 +761,501 @@ GemmKernel gemm_kernel(bool w8, bool swiglu) {
   return swiglu ? matmul_prefill<false, true> : matmul_prefill<false, false>;
 }
 
+// ---- prefill, short prompts: weight-streaming tensor-core matmul --------------------------------
+
+constexpr int kSmallMaxM = 64;  // rows of x the path takes (8 tiles of 8)
+constexpr int kSmallNormBatch = 8;   // rmsnorm prologue: float4 loads per thread in flight (sum of squares)
+constexpr int kSmallStageBatch = 2;  // rmsnorm prologue: 8-value chunks per thread loaded before any is stored
+constexpr int kSmallCounters = 4096;  // split-k: arrival counters, one per row block
+constexpr size_t kSmallSmemCap = 104 * 1024;  // staged x: two blocks still fit a 228 KB multiprocessor
+constexpr size_t kSmallStaticSmem = 8 * 1024;  // bound on the kernel's static shared memory (W8 scales)
+
+// Windows (32 values of k) of weights a warp holds in registers at once: 32 registers per weight
+// tile (W8: 2 rows x 8 bytes per window; F16: 2 rows x 16 bytes), halved for SwiGLU at 64 rows of
+// x, whose two tiles' accumulators take 64 registers.
+__host__ __device__ constexpr int small_max_windows(bool w8, bool swiglu, int nt) {
+  return (w8 ? 8 : 4) / (swiglu && nt == 8 ? 2 : 1);
+}
+
+// Warps of a block. SwiGLU up to 32 rows of x takes 12 (three gate/up tile pairs of 4 slices): its
+// 64 registers of weights and 32 of sums need more than the 128 registers a thread of two 8-warp
+// blocks per multiprocessor may have, and one 12-warp block per multiprocessor still holds all of
+// ffn_gate_up's weights at once (102 blocks). The others take 8 (two blocks per multiprocessor).
+__host__ __device__ constexpr int small_warps(bool swiglu, int nt) { return swiglu && nt <= 4 ? 12 : 8; }
+__host__ __device__ constexpr int small_min_blocks(bool swiglu) { return swiglu ? 1 : 2; }
+
+struct SmallArgs {
+  const int8_t* q = nullptr;       // W8: (n, k)
+  const __half* scales = nullptr;  // W8: (n, k / 32)
+  const __half* w16 = nullptr;     // F16: (n, k_pad)
+  const __half* x = nullptr;       // (m, k), unused with the prologue
+  const float* norm_x = nullptr;   // (m, k) or null
+  const float* norm_w = nullptr;   // (k)
+  float norm_eps = 0;
+  const float* bias = nullptr;     // (n) or null
+  float* y = nullptr;              // (m, n)
+  __half* out16 = nullptr;         // SwiGLU: (m, n / 2)
+  int m = 0, n = 0, k = 0, k_pad = 0;
+  int n_out = 0;                   // output columns: n, or n / 2 with SwiGLU (gate row j, up row n_out + j)
+  int windows = 0;                 // 32-value windows of k: k / 32 (W8), k_pad / 32 rounded up (F16)
+  int slices = 1;                  // warps per tile along k (1, 2 or 4); a block has warps / slices tiles
+  int slice_bits = 0;              // log2(slices)
+  int groups = 1;                  // windows per warp (at most small_max_windows)
+  int splits = 1;                  // blocks along k (blockIdx.y)
+  bool accumulate = false;
+  bool x_vec = false;              // x rows in 16-byte copies (k % 8 == 0, aligned base)
+  bool norm_vec = false;           // norm_x and norm_w in 16-byte loads (k % 8 == 0, aligned bases)
+  // Split k (splits > 1): each block's sums, (row blocks, splits, warps / slices tiles, kA, nt,
+  // 32 lanes, 4), kA = 2 with SwiGLU, and one arrival counter per row block, zero between launches.
+  float* partials = nullptr;
+  unsigned* counters = nullptr;
+};
+
+// Output (row, column) of accumulator element e of a lane's fragment for x tile nt: the mma's rows
+// are weight rows (g and g + 8), its columns rows of x (2t and 2t + 1).
+__device__ __forceinline__ int small_out_row(int nt, int lane, int e) {
+  return 8 * nt + 2 * (lane & 3) + (e & 1);
+}
+__device__ __forceinline__ int small_out_col(int tile, int lane, int e) {
+  return 16 * tile + (lane >> 2) + 8 * (e >> 1);
+}
+
+// Bias and (accumulating) y of one lane's fragment for x tile nt, requested before any is used.
+template <int kA>
+struct SmallOutInputs {
+  float bias[kA][2];  // columns g and g + 8 (gate and up with SwiGLU)
+  float y[4];
+};
+
+template <int kA>
+__device__ __forceinline__ void small_out_inputs(const SmallArgs& a, int tile, int nt, int lane,
+                                                 SmallOutInputs<kA>& in) {
+#pragma unroll
+  for (int p = 0; p < kA; ++p) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = small_out_col(tile, lane, 2 * h);
+      in.bias[p][h] = a.bias && col < a.n_out ? a.bias[col + p * a.n_out] : 0.f;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int row = small_out_row(nt, lane, e), col = small_out_col(tile, lane, e);
+    in.y[e] = kA == 1 && a.accumulate && row < a.m && col < a.n_out ? a.y[int64_t(row) * a.n + col] : 0.f;
+  }
+}
+
+// Writes one fragment's outputs: y (+ bias, + y when accumulating), or the SwiGLU value.
+template <int kA>
+__device__ __forceinline__ void small_out_write(const SmallArgs& a, int tile, int nt, int lane, const float (&v)[kA][4],
+                                                const SmallOutInputs<kA>& in) {
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const int row = small_out_row(nt, lane, e), col = small_out_col(tile, lane, e);
+    if (row >= a.m || col >= a.n_out) continue;
+    if constexpr (kA == 2) {
+      const float g = v[0][e] + in.bias[0][e >> 1];
+      const float u = v[1][e] + in.bias[1][e >> 1];
+      a.out16[int64_t(row) * a.n_out + col] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+    } else {
+      const float r = v[0][e] + in.bias[0][e >> 1];
+      a.y[int64_t(row) * a.n + col] = a.accumulate ? in.y[e] + r : r;
+    }
+  }
+}
+
+// Stages the block's windows of x, or of the rmsnorm prologue's fp16 rows, in shared memory as
+// xs[window][row][32 values] (rows m .. 8·kNT - 1 and values past k are zero). Block-wide.
+template <int kNT, int kThreads>
+__device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half* xs) {
+  constexpr int kRows = 8 * kNT;
+  __shared__ float inv_rms[kRows];
+  const int tid = threadIdx.x;
+  const int chunks = nw * kRows * 4;  // 8-value chunks: chunk q is xs[q·8 .. q·8 + 7]
+  // Chunk q: window q / (4·kRows), row (q / 4) % kRows, values 8·(q % 4) .. + 7 of the window.
+  auto chunk_row = [](int q) { return (q >> 2) % kRows; };
+  auto chunk_k = [&](int q) { return 32 * (win_block + q / (4 * kRows)) + 8 * (q & 3); };
+  if (!a.norm_x) {
+    for (int q = tid; q < chunks; q += kThreads) {
+      const int row = chunk_row(q), kk = chunk_k(q);
+      if (a.x_vec) {
+        const bool ok = row < a.m && kk < a.k;
+        cp_async16(xs + 8 * q, ok ? a.x + int64_t(row) * a.k + kk : a.x, ok ? 16 : 0);
+      } else {
+        __half v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+          v[e] = row < a.m && kk + e < a.k ? a.x[int64_t(row) * a.k + kk + e] : __ushort_as_half(0);
+        memcpy(xs + 8 * q, v, 16);
+      }
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    return;
+  }
+  // Prologue: out = fp16(x / sqrt(mean(x²) + eps) * weight), as the rmsnorm kernel computes it. The
+  // sum of squares of row r (whole rows, every block) by the kTPR consecutive threads
+  // r·kTPR .. + kTPR - 1 (256 threads in all), in fp64, added up in a fixed order.
+  constexpr int kTPR = 256 / kRows;
+  static_assert(kThreads >= 256, "the sum of squares takes 256 threads");
+  const int r = tid / kTPR, seg = tid % kTPR;
+  double ss = 0;
+  if (r < a.m) {
+    const float* xr = a.norm_x + int64_t(r) * a.k;
+    if (a.norm_vec) {
+      const int units = a.k / 4;
+      for (int u0 = seg; u0 < units; u0 += kTPR * kSmallNormBatch) {
+        float4 v[kSmallNormBatch];
+#pragma unroll
+        for (int i = 0; i < kSmallNormBatch; ++i) {
+          const int u = u0 + i * kTPR;
+          v[i] = u < units ? reinterpret_cast<const float4*>(xr)[u] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int i = 0; i < kSmallNormBatch; ++i)
+          ss += double(v[i].x) * v[i].x + double(v[i].y) * v[i].y + double(v[i].z) * v[i].z + double(v[i].w) * v[i].w;
+      }
+    } else {
+      for (int e = seg; e < a.k; e += kTPR) ss += double(xr[e]) * xr[e];
+    }
+  }
+  if (r < kRows) {  // whole warps
+#pragma unroll
+    for (int o = kTPR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
+  }
+  __syncthreads();
+  if (a.norm_vec) {
+    for (int q0 = tid; q0 < chunks; q0 += kThreads * kSmallStageBatch) {
+      float4 xv[kSmallStageBatch][2], wv[kSmallStageBatch][2];
+#pragma unroll
+      for (int i = 0; i < kSmallStageBatch; ++i) {
+        const int q = q0 + i * kThreads, row = chunk_row(q), kk = chunk_k(q);
+        const bool ok = q < chunks && row < a.m && kk < a.k;
+        const float4* xp = reinterpret_cast<const float4*>(a.norm_x + int64_t(row) * a.k + kk);
+        const float4* wp = reinterpret_cast<const float4*>(a.norm_w + kk);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          xv[i][h] = ok ? xp[h] : make_float4(0.f, 0.f, 0.f, 0.f);
+          wv[i][h] = ok ? wp[h] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < kSmallStageBatch; ++i) {
+        const int q = q0 + i * kThreads;
+        if (q >= chunks) continue;
+        const float inv = inv_rms[chunk_row(q)];
+        uint4 h;
+        h.x = float2_to_half2_bits(xv[i][0].x * inv * wv[i][0].x, xv[i][0].y * inv * wv[i][0].y);
+        h.y = float2_to_half2_bits(xv[i][0].z * inv * wv[i][0].z, xv[i][0].w * inv * wv[i][0].w);
+        h.z = float2_to_half2_bits(xv[i][1].x * inv * wv[i][1].x, xv[i][1].y * inv * wv[i][1].y);
+        h.w = float2_to_half2_bits(xv[i][1].z * inv * wv[i][1].z, xv[i][1].w * inv * wv[i][1].w);
+        *reinterpret_cast<uint4*>(xs + 8 * q) = h;
+      }
+    }
+  } else {
+    for (int q = tid; q < chunks; q += kThreads) {
+      const int row = chunk_row(q), kk = chunk_k(q);
+      const float inv = inv_rms[row];
+      __half v[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const bool ok = row < a.m && kk + e < a.k;
+        v[e] = __float2half_rn(ok ? a.norm_x[int64_t(row) * a.k + kk + e] * inv * a.norm_w[kk + e] : 0.f);
+      }
+      memcpy(xs + 8 * q, v, 16);
+    }
+  }
+}
+
+// One warp's weights: kA tiles of 16 rows (a tile, or a gate tile and its up tile with SwiGLU),
+// kMaxW windows each. Lane (g, t) holds, of window j, values 8t .. 8t + 7 of rows g and g + 8, and
+// the W8 scales of rows g and g + 8 (as half2) for windows t, t + 4, ...; those move to shared
+// memory once x is staged, where the quad reads them (registers are short in the main loop).
+template <bool kW8, int kA, int kMaxW>
+struct SmallWeights {
+  static constexpr int kScaleRegs = (kMaxW + 3) / 4;
+  using Vec = std::conditional_t<kW8, uint2, uint4>;  // 8 int8 or 8 fp16 values
+  Vec w[kA][kMaxW][2];
+  uint32_t scale[kA][kScaleRegs];
+};
+
+// The mma's k order: in window j, the product of tile values κ (0..15) of step s (0, 1) is that of
+// window value 8t + 4s + {0, 1, 2, 3} for κ = 2t, 2t + 1, 2t + 8, 2t + 9, in x as in the weights, so
+// each lane's 8 values of a row (one load) feed both steps, and each step stays in one W8 group.
+// The A fragments of step s from a lane's two rows (row g: r0, row g + 8: r1).
+__device__ __forceinline__ void small_a_frag(uint2 r0, uint2 r1, int s, uint32_t (&f)[4]) {  // W8
+  const uint2 lo = i8x4_to_h4(s ? r0.y : r0.x), hi = i8x4_to_h4(s ? r1.y : r1.x);
+  f[0] = lo.x;
+  f[1] = hi.x;
+  f[2] = lo.y;
+  f[3] = hi.y;
+}
+__device__ __forceinline__ void small_a_frag(uint4 r0, uint4 r1, int s, uint32_t (&f)[4]) {  // F16
+  f[0] = s ? r0.z : r0.x;
+  f[1] = s ? r1.z : r1.x;
+  f[2] = s ? r0.w : r0.y;
+  f[3] = s ? r1.w : r1.y;
+}
+
+// y (m <= 64 rows) = x · Wᵀ for short prompts; see the top of the file. Warp w of a block takes
+// tile blockIdx.x · (warps / slices) + w / slices (16 output columns: 16 weight rows, or 16 gate and
+// 16 up rows) over windows [first, first + groups), first = (blockIdx.y · slices + w % slices) · groups.
+template <bool kW8, bool kSwiGLU, int kNT>
+__global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU))
+    matmul_prefill_small(const SmallArgs a) {
+  constexpr int kWarps = small_warps(kSwiGLU, kNT), kThreads = 32 * kWarps;
+  constexpr int kA = kSwiGLU ? 2 : 1;
+  constexpr int kRows = 8 * kNT;  // rows of x staged, m rounded up
+  constexpr int kMaxW = small_max_windows(kW8, kSwiGLU, kNT);
+  extern __shared__ uint4 small_smem[];  // staged x, then the slices' partial sums
+  __shared__ bool is_last;
+  __half* xs = reinterpret_cast<__half*>(small_smem);
+  float4* red = reinterpret_cast<float4*>(small_smem);
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int tiles_per_block = kWarps >> a.slice_bits;
+  const int slice = warp & (a.slices - 1), tile_in_block = warp >> a.slice_bits;
+  const int tile = blockIdx.x * tiles_per_block + tile_in_block;
+  const int win_block = int(blockIdx.y) * a.slices * a.groups;  // the block's first window
+  const int nw = min(a.windows - win_block, a.slices * a.groups);
+  const int win0 = win_block + slice * a.groups;  // the warp's
+  const int ng = max(0, min(a.groups, a.windows - win0));
+
+  // Weights and scales: constant, requested before the dependency wait. Streaming loads (read
+  // once, evicted first): ptxas keeps these ahead of griddepcontrol.wait, whereas it may move the
+  // wait above read-only (ld.global.nc, __ldg) loads, which would then start only after it.
+  SmallWeights<kW8, kA, kMaxW> wt;
+  const int col_lo = 16 * tile + g;  // output columns of rows g and g + 8
+#pragma unroll
+  for (int p = 0; p < kA; ++p) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = col_lo + 8 * h;
+      const bool ok = col < a.n_out;
+      const int64_t wrow = col + int64_t(p) * a.n_out;
+#pragma unroll
+      for (int j = 0; j < kMaxW; ++j) {
+        const int kk = 32 * (win0 + j) + 8 * t;
+        if constexpr (kW8) {
+          const uint2* src = reinterpret_cast<const uint2*>(a.q + wrow * a.k + kk);
+          wt.w[p][j][h] = ok && j < ng ? __ldcs(src) : make_uint2(0u, 0u);
+        } else {
+          const uint4* src = reinterpret_cast<const uint4*>(a.w16 + wrow * a.k_pad + kk);
+          wt.w[p][j][h] = ok && j < ng && kk < a.k_pad ? __ldcs(src) : make_uint4(0u, 0u, 0u, 0u);
+        }
+      }
+    }
+    if constexpr (kW8) {
+      const int64_t scale_row = a.k / kW8Group;
+#pragma unroll
+      for (int i = 0; i < (kMaxW + 3) / 4; ++i) {
+        const int j = 4 * i + t;
+        __half s[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int col = col_lo + 8 * h;
+          const int64_t wrow = col + int64_t(p) * a.n_out;
+          s[h] = col < a.n_out && j < ng ? __ldcs(a.scales + wrow * scale_row + win0 + j) : __ushort_as_half(0);
+        }
+        const __half2 pair = __halves2half2(s[0], s[1]);
+        memcpy(&wt.scale[p][i], &pair, 4);
+      }
+    }
+  }
+
+  grid_dependency_wait();
+  allow_dependent_launch();
+  small_stage_x<kNT, kThreads>(a, win_block, nw, xs);
+  // W8 scales: scale_s[warp][p][i][lane] holds the lane's scale register i of tile p.
+  __shared__ uint32_t scale_s[kW8 ? kWarps : 1][kA][SmallWeights<kW8, kA, kMaxW>::kScaleRegs][32];
+  static_assert(sizeof(scale_s) + kRows * sizeof(float) + 16 <= kSmallStaticSmem, "see small_smem_cap");
+  if constexpr (kW8) {
+#pragma unroll
+    for (int p = 0; p < kA; ++p) {
+#pragma unroll
+      for (int i = 0; i < SmallWeights<kW8, kA, kMaxW>::kScaleRegs; ++i) scale_s[warp][p][i][lane] = wt.scale[p][i];
+    }
+  }
+  __syncthreads();
+
+  // acc[p][nt]: tile p's sums against x rows 8·nt .. 8·nt + 7 (mma fragment layout).
+  float acc[kA][kNT][4] = {};
+  const __half* xw = xs + (slice * a.groups * kRows + g) * 32 + 8 * t;  // window 0 of the warp, row g, value 8t
+#pragma unroll
+  for (int j = 0; j < kMaxW; ++j) {
+    if (j >= ng) break;  // warp-uniform
+    uint32_t af[kA][2][4];
+    float2 sc[kA];
+#pragma unroll
+    for (int p = 0; p < kA; ++p) {
+      small_a_frag(wt.w[p][j][0], wt.w[p][j][1], 0, af[p][0]);
+      small_a_frag(wt.w[p][j][0], wt.w[p][j][1], 1, af[p][1]);
+      if constexpr (kW8) sc[p] = half2_bits_to_float2(scale_s[warp][p][j / 4][(lane & ~3) | (j & 3)]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      const uint4 b = *reinterpret_cast<const uint4*>(xw + (j * kRows + 8 * nt) * 32);
+#pragma unroll
+      for (int p = 0; p < kA; ++p) {
+        if constexpr (kW8) {
+          // The window's product in fp32, scaled per weight row into the sum: weights never rounded.
+          float part[4] = {0.f, 0.f, 0.f, 0.f};
+          mma_16816(part, af[p][0], b.x, b.y);
+          mma_16816(part, af[p][1], b.z, b.w);
+          acc[p][nt][0] = fmaf(part[0], sc[p].x, acc[p][nt][0]);
+          acc[p][nt][1] = fmaf(part[1], sc[p].x, acc[p][nt][1]);
+          acc[p][nt][2] = fmaf(part[2], sc[p].y, acc[p][nt][2]);
+          acc[p][nt][3] = fmaf(part[3], sc[p].y, acc[p][nt][3]);
+        } else {
+          mma_16816(acc[p][nt], af[p][0], b.x, b.y);
+          mma_16816(acc[p][nt], af[p][1], b.z, b.w);
+        }
+      }
+    }
+  }
+
+  // The slices of a tile add up in slice 0, in slice order. red aliases xs.
+  if (a.slices > 1) {
+    __syncthreads();
+    if (slice > 0) {
+      float4* mine = red + ((tile_in_block * (a.slices - 1) + slice - 1) * kA * kNT) * 32 + lane;
+#pragma unroll
+      for (int p = 0; p < kA; ++p) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+          mine[(p * kNT + nt) * 32] = make_float4(acc[p][nt][0], acc[p][nt][1], acc[p][nt][2], acc[p][nt][3]);
+      }
+    }
+    __syncthreads();
+    if (slice == 0) {
+      for (int s = 1; s < a.slices; ++s) {
+        const float4* theirs = red + ((tile_in_block * (a.slices - 1) + s - 1) * kA * kNT) * 32 + lane;
+#pragma unroll
+        for (int p = 0; p < kA; ++p) {
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const float4 v = theirs[(p * kNT + nt) * 32];
+            acc[p][nt][0] += v.x;
+            acc[p][nt][1] += v.y;
+            acc[p][nt][2] += v.z;
+            acc[p][nt][3] += v.w;
+          }
+        }
+      }
+    }
+  }
+
+  if (a.splits == 1) {
+    if (slice != 0) return;
+    SmallOutInputs<kA> in[kNT];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) small_out_inputs<kA>(a, tile, nt, lane, in[nt]);
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) {
+      float v[kA][4];
+#pragma unroll
+      for (int p = 0; p < kA; ++p) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) v[p][e] = acc[p][nt][e];
+      }
+      small_out_write<kA>(a, tile, nt, lane, v, in[nt]);
+    }
+    return;
+  }
+
+  // Split k: the blocks' sums go to the workspace, and the last block of the row block to arrive
+  // adds them up in split order (the same order whichever block is last) and writes the outputs.
+  constexpr int kTileVecs = kA * kNT * 32;  // float4s of one tile's fragments
+  float4* partials =
+      reinterpret_cast<float4*>(a.partials) + int64_t(blockIdx.x) * a.splits * tiles_per_block * kTileVecs;
+  if (slice == 0) {
+    float4* mine = partials + (int(blockIdx.y) * tiles_per_block + tile_in_block) * kTileVecs + lane;
+#pragma unroll
+    for (int p = 0; p < kA; ++p) {
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
+        __stcg(mine + (p * kNT + nt) * 32, make_float4(acc[p][nt][0], acc[p][nt][1], acc[p][nt][2], acc[p][nt][3]));
+    }
+  }
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) is_last = atomicAdd(a.counters + blockIdx.x, 1u) == unsigned(a.splits - 1);
+  __syncthreads();
+  if (!is_last) return;
+  __threadfence();
+  // One fragment (tile, x tile nt, lane l) per thread and step.
+  for (int i = threadIdx.x; i < tiles_per_block * kNT * 32; i += kThreads) {
+    const int l = i & 31, nt = (i >> 5) % kNT, tb = i / (32 * kNT);
+    const int tl = int(blockIdx.x) * tiles_per_block + tb;
+    SmallOutInputs<kA> in;
+    small_out_inputs<kA>(a, tl, nt, l, in);
+    float v[kA][4] = {};
+#pragma unroll 4
+    for (int z = 0; z < a.splits; ++z) {
+#pragma unroll
+      for (int p = 0; p < kA; ++p) {
+        const float4 s = __ldcg(partials + (z * tiles_per_block + tb) * kTileVecs + (p * kNT + nt) * 32 + l);
+        v[p][0] += s.x;
+        v[p][1] += s.y;
+        v[p][2] += s.z;
+        v[p][3] += s.w;
+      }
+    }
+    small_out_write<kA>(a, tl, nt, l, v, in);
+  }
+  if (threadIdx.x == 0) a.counters[blockIdx.x] = 0u;  // ready for the next launch
+}
+
+using SmallKernel = void (*)(SmallArgs);
+
+template <bool kW8, bool kSwiGLU>
+SmallKernel small_kernel_of(int nt) {
+  switch (nt) {
+    case 1: return matmul_prefill_small<kW8, kSwiGLU, 1>;
+    case 2: return matmul_prefill_small<kW8, kSwiGLU, 2>;
+    case 4: return matmul_prefill_small<kW8, kSwiGLU, 4>;
+    default: return matmul_prefill_small<kW8, kSwiGLU, 8>;
+  }
+}
+
+SmallKernel small_kernel(bool w8, bool swiglu, int nt) {
+  if (w8) return swiglu ? small_kernel_of<true, true>(nt) : small_kernel_of<true, false>(nt);
+  return swiglu ? small_kernel_of<false, true>(nt) : small_kernel_of<false, false>(nt);
+}
+
+// Launch shape of matmul_prefill_small (see the top of the file).
+struct SmallPlan {
+  int nt = 1;       // 8-row tiles of x (1, 2, 4 or 8)
+  int warps = 8;    // per block
+  int slices = 1;   // warps of a block along k
+  int groups = 1;   // windows per warp
+  int splits = 1;   // blocks along k
+  int64_t row_blocks = 0;
+  size_t smem = 0;  // dynamic shared memory: the staged x, then the slices' partial sums
+};
+
+// Four warps of a block share a tile's k (fewer when k has fewer windows), each holding up to
+// small_max_windows windows of it; k is split over blocks only where that is not enough
+// (ffn_down, k = 4864: 5 splits of 32 windows) or the staged x would not fit smem_cap.
+SmallPlan small_plan(int m, int windows, int tiles, bool w8, bool swiglu, size_t smem_cap) {
+  SmallPlan p;
+  while (8 * p.nt < m) p.nt *= 2;
+  p.slices = windows >= 4 ? 4 : windows >= 2 ? 2 : 1;
+  const size_t window_bytes = size_t(8 * p.nt) * 32 * sizeof(__half);  // one window of x, staged
+  p.groups = int(std::min<int64_t>(small_max_windows(w8, swiglu, p.nt), ceil_div(windows, p.slices)));
+  while (p.groups > 1 && size_t(p.slices * p.groups) * window_bytes > smem_cap) --p.groups;
+  p.splits = int(ceil_div(windows, p.slices * p.groups));
+  p.groups = int(ceil_div(windows, int64_t(p.slices) * p.splits));  // even shares
+  p.splits = int(ceil_div(windows, p.slices * p.groups));
+  p.warps = small_warps(swiglu, p.nt);
+  const int tiles_per_block = p.warps / p.slices;
+  p.row_blocks = ceil_div(tiles, tiles_per_block);
+  const size_t partial_sums = size_t(tiles_per_block) * (p.slices - 1) * (swiglu ? 2 : 1) * p.nt * 32 * sizeof(float4);
+  p.smem = std::max(size_t(p.slices * p.groups) * window_bytes, partial_sums);
+  return p;
+}
+
 void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
   CUDA_REQUIRE(d.m >= 1, op, "m must be at least 1");
   CUDA_REQUIRE(d.norm_x ? d.norm_weight != nullptr : d.x != nullptr, op,
@@ -758,6 +1281,16 @@ void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
 }  // namespace
 
 void CudaBackend::prepare_matmul(const CudaMatrix& w) {
+  if (!small_prepared_) {
+    for (bool w8 : {true, false}) {
+      for (bool swiglu : {true, false}) {
+        for (int nt : {1, 2, 4, 8})
+          CUDA_CHECK(cudaFuncSetAttribute(small_kernel(w8, swiglu, nt), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                          int(small_smem_cap())));
+      }
+    }
+    small_prepared_ = true;
+  }
   const size_t smem = gemv_smem(w);
   if (smem <= 48 * 1024) return;
   CUDA_REQUIRE(smem <= smem_optin_, "upload_matrix",
@@ -824,6 +1357,58 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   return true;
 }
 
+size_t CudaBackend::small_smem_cap() const {
+  // What a block may ask for, less the kernel's static shared memory.
+  return std::min(kSmallSmemCap, smem_optin_ > kSmallStaticSmem ? smem_optin_ - kSmallStaticSmem : 0);
+}
+
+bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) {
+  const bool w8 = w.type() == WeightType::W8;
+  const bool swiglu = d.epilogue == MatmulEpilogue::SwiGLU;
+  SmallArgs a;
+  a.q = w8 ? w.q() : nullptr;
+  a.scales = w8 ? w.scales() : nullptr;
+  a.w16 = w8 ? nullptr : w.f16();
+  a.x = reinterpret_cast<const __half*>(d.x);
+  a.norm_x = d.norm_x;
+  a.norm_w = d.norm_weight;
+  a.norm_eps = d.norm_eps;
+  a.bias = d.bias;
+  a.y = d.y;
+  a.out16 = reinterpret_cast<__half*>(d.out16);
+  a.m = int(d.m);
+  a.n = int(w.n());
+  a.k = int(w.k());
+  a.k_pad = int(w.k_pad());
+  a.n_out = swiglu ? a.n / 2 : a.n;
+  a.windows = int(w8 ? a.k / kW8Group : ceil_div(a.k_pad, 32));
+  a.accumulate = d.accumulate;
+  a.x_vec = a.k % 8 == 0 && aligned_to(d.x, 16);
+  a.norm_vec = a.k % 8 == 0 && aligned_to(d.norm_x, 16) && aligned_to(d.norm_weight, 16);
+
+  const SmallPlan p = small_plan(a.m, a.windows, int(ceil_div(a.n_out, 16)), w8, swiglu, small_smem_cap());
+  if (p.smem > small_smem_cap() || p.splits > 65535) return false;
+  a.slices = p.slices;
+  a.slice_bits = p.slices == 4 ? 2 : p.slices == 2 ? 1 : 0;
+  a.groups = p.groups;
+  a.splits = p.splits;
+  if (p.splits > 1) {
+    if (p.row_blocks > kSmallCounters) return false;
+    const size_t counters = kSmallCounters * sizeof(unsigned);
+    const size_t bytes = counters + size_t(p.row_blocks) * size_t(p.splits) * size_t(p.warps / p.slices) *
+                                        size_t(swiglu ? 2 : 1) * size_t(p.nt) * 32 * sizeof(float4);
+    if (small_partials_.bytes() < bytes) {
+      grow_workspace(small_partials_, bytes, "matmul (split-k partial sums)");
+      CUDA_CHECK(cudaMemsetAsync(small_partials_.get(), 0, counters, stream_.get()));
+    }
+    a.counters = small_partials_.as<unsigned>();
+    a.partials = reinterpret_cast<float*>(small_partials_.as<char>() + counters);
+  }
+  const dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
+  launch(small_kernel(w8, swiglu, p.nt), grid, dim3(32 * p.warps), p.smem, a);
+  return true;
+}
+
 void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x) {
   const bool w8 = w.type() == WeightType::W8;
   const bool swiglu = d.epilogue == MatmulEpilogue::SwiGLU;
@@ -844,7 +1429,7 @@ void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w
   a.x_vec = a.k % 8 == 0 && aligned_to(x, 16);
   const int cols_per_tile = swiglu ? kTileN / 2 : kTileN;
   dim3 grid(unsigned(ceil_div(a.n_out, cols_per_tile)), unsigned(ceil_div(a.m, kTileM)));
-  // A short prompt gives few output tiles (N = 896 at m <= 64: 14 blocks for 132 SMs): split k so
+  // A shorter prompt gives few output tiles (N = 896 at m <= 128: 28 blocks for 132 SMs): split k so
   // that about two blocks per SM run, each covering at least 4 k tiles. SwiGLU needs the whole sum
   // before its nonlinearity and is never split (its n is large anyway).
   const int k_tiles = w8 ? a.k / kTileK : int(ceil_div(a.k_pad, kTileK));
@@ -895,6 +1480,10 @@ void CudaBackend::matmul(const MatmulDesc& d) {
   CUDA_REQUIRE(d.m < (int64_t(1) << 22), "matmul", "m is too large");
   if (d.m == 1) {
     matmul_m1(d);
+    return;
+  }
+  if (d.m <= kSmallMaxM && matmul_small_kernel(d, w)) {
+    if (d.epilogue == MatmulEpilogue::QkvRopeAppend) rope_epilogue(d);
     return;
   }
   const __half* x = reinterpret_cast<const __half*>(d.x);

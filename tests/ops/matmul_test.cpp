@@ -1,5 +1,8 @@
 // Conformance of matmul_m1 and matmul: W8 and F16 weights, bias, accumulate, edge shapes, exact
-// integer cases, the fused rmsnorm prologue and SwiGLU epilogue, and the argmax epilogue.
+// integer cases, the fused rmsnorm prologue and SwiGLU epilogue, and the argmax epilogue. matmul
+// is checked at short prompts (m = 2 .. 64, the benchmarked model's projections at 2, 30 and 64
+// rows: on CUDA the weight-streaming kernel, k split over blocks for ffn_down) and at longer ones
+// (m = 65 and up: the tiled kernel).
 //
 // Tolerance of the random cases: fp32 accumulation, fp32_sum_error(k) · (Σ|x·w| + |bias| + |y0|).
 // The weights are exact in both places (int8 · fp16 scale fits in fp32) and x is fp16 in both, so
@@ -102,12 +105,35 @@ TEST_P(MatmulTest, F16M1Random) {
 TEST_P(MatmulTest, MatmulRandom) {
   Rng rng(103);
   for (WeightType type : {WeightType::W8, WeightType::F16}) {
-    for (int64_t m : {1, 2, 3, 17, 64}) {
+    for (int64_t m : {1, 2, 3, 17, 64, 65, 130}) {
       check(random_inputs(rng, type, m, 136, 224, false, false), false);
       check(random_inputs(rng, type, m, 7, 32, false, false), false);
     }
   }
   check(random_inputs(rng, WeightType::W8, 33, 896, 896, false, false), false);
+  // Few output tiles for 100 rows: the tiled kernel splits k.
+  check(random_inputs(rng, WeightType::W8, 100, 896, 896, false, false), false);
+  check(random_inputs(rng, WeightType::F16, 100, 896, 896, true, true), false);
+}
+
+// Short prompts: the benchmarked model's projections at 2, 30 and 64 rows (qkv_proj with its bias,
+// attn_out and ffn_down accumulating into the residual; ffn_down's k = 4864 is split over blocks
+// on CUDA), then edges: odd n, k of one W8 group, a single output column, k no multiple of 8 (F16).
+TEST_P(MatmulTest, ShortPrompt) {
+  Rng rng(107);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    for (int64_t m : {2, 30, 64}) {
+      check(random_inputs(rng, type, m, 1152, 896, true, false), false);
+      check(random_inputs(rng, type, m, 896, 896, false, true), false);
+      check(random_inputs(rng, type, m, 896, 4864, false, true), false);
+    }
+    check(random_inputs(rng, type, 3, 33, 32, true, false), false);
+    check(random_inputs(rng, type, 3, 1, 64, false, true), false);
+    check(random_inputs(rng, type, 9, 17, 96, true, true), false);
+    check(random_inputs(rng, type, 40, 255, 288, true, false), false);
+  }
+  check(random_inputs(rng, WeightType::F16, 3, 7, 33, true, false), false);
+  check(random_inputs(rng, WeightType::F16, 30, 9, 200, false, true), false);
 }
 
 TEST_P(MatmulTest, Bias) {
@@ -136,7 +162,7 @@ TEST_P(MatmulTest, Accumulate) {
 TEST_P(MatmulTest, IntegerExact) {
   Rng rng(106);
   for (WeightType type : {WeightType::W8, WeightType::F16}) {
-    for (int64_t m : {1, 3, 17}) {
+    for (int64_t m : {1, 3, 17, 30, 64, 65}) {
       for (bool m1 : {true, false}) {
         if (m1 && m != 1) continue;
         const int64_t n = 37, k = type == WeightType::W8 ? 4128 : 4100;
@@ -331,7 +357,29 @@ TEST_P(MatmulFusedTest, RmsNormPrologueSwiGlu) {
   for (WeightType type : {WeightType::W8, WeightType::F16}) {
     check_fused(make(rng, type, 1, 2 * 4864, 896, true, true), true);
     check_fused(make(rng, type, 5, 2 * 33, 160, true, true), false);
+    check_fused(make(rng, type, 65, 2 * 33, 160, true, true), false);
   }
+}
+
+// Short prompts with the fusions: the benchmarked model's qkv_proj (rmsnorm prologue) at 2, 30 and
+// 64 rows and its ffn_gate_up (prologue and SwiGLU) at 30 rows, W8 also at 2 and 64 rows and
+// without the prologue, F16 at 40 rows (at 33 to 64 rows CUDA splits SwiGLU's k over blocks); then
+// odd n_ff with k of one W8 group, and k no multiple of 8 (F16).
+TEST_P(MatmulFusedTest, ShortPrompt) {
+  Rng rng(204);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    for (int64_t m : {2, 30, 64}) check_fused(make(rng, type, m, 1152, 896, true, false), false);
+    check_fused(make(rng, type, 30, 2 * 4864, 896, true, true), false);
+    check_fused(make(rng, type, 3, 2 * 33, 32, true, true), false);
+    check_fused(make(rng, type, 3, 2 * 33, 32, false, true), false);
+    check_fused(make(rng, type, 20, 9, 96, true, false), false);
+  }
+  check_fused(make(rng, WeightType::W8, 2, 2 * 4864, 896, true, true), false);
+  check_fused(make(rng, WeightType::W8, 64, 2 * 4864, 896, true, true), false);
+  check_fused(make(rng, WeightType::W8, 17, 2 * 4864, 896, false, true), false);
+  check_fused(make(rng, WeightType::F16, 40, 2 * 24, 896, true, true), false);
+  check_fused(make(rng, WeightType::F16, 7, 2 * 5, 33, true, true), false);
+  check_fused(make(rng, WeightType::F16, 7, 11, 33, true, false), false);
 }
 
 }  // namespace
