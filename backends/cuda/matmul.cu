@@ -28,7 +28,9 @@
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
-// laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit).
+// laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
+// name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
+// ...), so that a profiler's filter on "rmsnorm" or "rope" finds them.
 //
 // Prefill of a short prompt (2 <= m <= 64) still streams weights: at m = 30 a projection's
 // arithmetic takes less time than its weights (1 to 9 MB) take to arrive, so, as in decode, every
@@ -132,12 +134,12 @@ __device__ __forceinline__ float round_half(float v) { return __half2float(__flo
 // Writes x (or the rmsnorm prologue's fp16 values) as fp32 into xs, zero past k. Block-wide. Every
 // global load a thread makes is issued before the first value is stored, so staging costs one
 // trip to memory (the prologue's block sum adds a barrier).
-template <bool kW8>
+template <bool kW8, bool kNorm>
 __device__ void stage_x(const GemvArgs& a, float4* xs) {
   constexpr int kUnits = kW8 ? 4 : 2;  // units per weight vector
   const int units = a.chunks * kUnits;
   __shared__ double scratch[32];
-  if (a.norm_x) {
+  if constexpr (kNorm) {
     // out = fp16(x / sqrt(mean(x²) + eps) * weight); the sum of squares in fp64 as in the oracle.
     const bool vec = a.k % 4 == 0 && aligned_to(a.norm_x, 16) && aligned_to(a.norm_w, 16);
     const int k_units = a.k / 4;
@@ -402,7 +404,7 @@ __device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* 
 // of registers holds the next batch, requested before the current one is used, so that a warp with
 // several rows or batches always has weights in flight; variants that hold more than 4 vectors per
 // lane (down: one row per warp, all of it in one batch) need no second set.
-template <bool kW8, bool kPair, int kBatch, bool kRope>
+template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
   constexpr int kRows = kPair ? 2 : 1;
   constexpr bool kPrefetch = kRows * kBatch <= 4;
@@ -435,7 +437,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   grid_dependency_wait();
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.pos : 0;
-  stage_x<kW8>(a, xs);
+  stage_x<kW8, kNorm>(a, xs);
   __syncthreads();
 
   const bool writer = slice == 0 && lane == 0;
@@ -484,38 +486,53 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   }
 }
 
-// kPair: the SwiGLU form (gate and up row per output). kBatch: vectors per lane and weight row in
-// flight (2, 4 or 8). kRope: the QKV projection with rope + KV append.
-template <bool kPair, int kBatch, bool kRope>
-__global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) w8a16_matmul_m1(const GemvArgs a) {
-  gemv<true, kPair, kBatch, kRope>(a);
-}
-
-template <bool kPair, int kBatch, bool kRope>
-__global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) fp16_matmul_m1(const GemvArgs a) {
-  gemv<false, kPair, kBatch, kRope>(a);
-}
+// The kernels, named after what a launch computes so that profiler filters on the op stems find
+// the fused forms: every W8 GEMV matches "w8a16_matmul_m1", the ones with the rmsnorm prologue
+// "rmsnorm", the QKV projection with its rope epilogue "rope". kBatch: vectors per lane and weight
+// row in flight (2, 4 or 8; at most 4 with SwiGLU).
+#define TLLM_GEMV_KERNELS(suffix, pair, rope, norm)                                                 \
+  template <int kBatch>                                                                          \
+  __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) w8a16_matmul_m1##suffix(const GemvArgs a) { \
+    gemv<true, pair, kBatch, rope, norm>(a);                                                     \
+  }                                                                                              \
+  template <int kBatch>                                                                          \
+  __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) fp16_matmul_m1##suffix(const GemvArgs a) { \
+    gemv<false, pair, kBatch, rope, norm>(a);                                                    \
+  }
+TLLM_GEMV_KERNELS(, false, false, false)
+TLLM_GEMV_KERNELS(_rmsnorm, false, false, true)
+TLLM_GEMV_KERNELS(_swiglu, true, false, false)
+TLLM_GEMV_KERNELS(_rmsnorm_swiglu, true, false, true)
+TLLM_GEMV_KERNELS(_rope, false, true, false)
+TLLM_GEMV_KERNELS(_rmsnorm_rope, false, true, true)
+#undef TLLM_GEMV_KERNELS
 
 using GemvKernel = void (*)(GemvArgs);
 
 template <int kBatch>
-GemvKernel gemv_kernel_of(bool w8, MatmulEpilogue e) {
+GemvKernel gemv_kernel_of(bool w8, MatmulEpilogue e, bool norm) {
   switch (e) {
     case MatmulEpilogue::SwiGLU:
-      if constexpr (kBatch <= 4) return w8 ? w8a16_matmul_m1<true, kBatch, false> : fp16_matmul_m1<true, kBatch, false>;
+      if constexpr (kBatch <= 4) {
+        if (norm) return w8 ? w8a16_matmul_m1_rmsnorm_swiglu<kBatch> : fp16_matmul_m1_rmsnorm_swiglu<kBatch>;
+        return w8 ? w8a16_matmul_m1_swiglu<kBatch> : fp16_matmul_m1_swiglu<kBatch>;
+      }
       break;  // the plan gives SwiGLU at most 4 vectors per lane and row
     case MatmulEpilogue::QkvRopeAppend:
-      return w8 ? w8a16_matmul_m1<false, kBatch, true> : fp16_matmul_m1<false, kBatch, true>;
+      if (norm) return w8 ? w8a16_matmul_m1_rmsnorm_rope<kBatch> : fp16_matmul_m1_rmsnorm_rope<kBatch>;
+      return w8 ? w8a16_matmul_m1_rope<kBatch> : fp16_matmul_m1_rope<kBatch>;
     case MatmulEpilogue::None:
-      return w8 ? w8a16_matmul_m1<false, kBatch, false> : fp16_matmul_m1<false, kBatch, false>;
+      if (norm) return w8 ? w8a16_matmul_m1_rmsnorm<kBatch> : fp16_matmul_m1_rmsnorm<kBatch>;
+      return w8 ? w8a16_matmul_m1<kBatch> : fp16_matmul_m1<kBatch>;
   }
   return nullptr;
 }
 
-GemvKernel gemv_kernel(bool w8, MatmulEpilogue e, int batch) {
-  if (batch <= 2) return gemv_kernel_of<2>(w8, e);
-  if (batch <= 4) return gemv_kernel_of<4>(w8, e);
-  return gemv_kernel_of<8>(w8, e);
+// The kernel for a weight type, epilogue, rmsnorm prologue (norm) and batch.
+GemvKernel gemv_kernel(bool w8, MatmulEpilogue e, bool norm, int batch) {
+  if (batch <= 2) return gemv_kernel_of<2>(w8, e, norm);
+  if (batch <= 4) return gemv_kernel_of<4>(w8, e, norm);
+  return gemv_kernel_of<8>(w8, e, norm);
 }
 
 // Launch shape of matmul_m1 for a matrix (see the top of the file).
@@ -1002,8 +1019,7 @@ __device__ __forceinline__ void small_a_frag(uint4 r0, uint4 r1, int s, uint32_t
 // tile blockIdx.x · (warps / slices) + w / slices (16 output columns: 16 weight rows, or 16 gate and
 // 16 up rows) over windows [first, first + groups), first = (blockIdx.y · slices + w % slices) · groups.
 template <bool kW8, bool kSwiGLU, int kNT>
-__global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU))
-    matmul_prefill_small(const SmallArgs a) {
+__device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   constexpr int kWarps = small_warps(kSwiGLU, kNT), kThreads = 32 * kWarps;
   constexpr int kA = kSwiGLU ? 2 : 1;
   constexpr int kRows = 8 * kNT;  // rows of x staged, m rounded up
@@ -1207,21 +1223,39 @@ __global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_bloc
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0u;  // ready for the next launch
 }
 
+// The kernel, under a second name when it runs the rmsnorm prologue (profiler filters on "rmsnorm"
+// find it).
+template <bool kW8, bool kSwiGLU, int kNT>
+__global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU))
+    matmul_prefill_small(const SmallArgs a) {
+  small_matmul<kW8, kSwiGLU, kNT>(a);
+}
+template <bool kW8, bool kSwiGLU, int kNT>
+__global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU))
+    matmul_prefill_small_rmsnorm(const SmallArgs a) {
+  small_matmul<kW8, kSwiGLU, kNT>(a);
+}
+
 using SmallKernel = void (*)(SmallArgs);
 
+template <bool kW8, bool kSwiGLU, int kNT>
+SmallKernel small_kernel_named(bool norm) {
+  return norm ? matmul_prefill_small_rmsnorm<kW8, kSwiGLU, kNT> : matmul_prefill_small<kW8, kSwiGLU, kNT>;
+}
+
 template <bool kW8, bool kSwiGLU>
-SmallKernel small_kernel_of(int nt) {
+SmallKernel small_kernel_of(int nt, bool norm) {
   switch (nt) {
-    case 1: return matmul_prefill_small<kW8, kSwiGLU, 1>;
-    case 2: return matmul_prefill_small<kW8, kSwiGLU, 2>;
-    case 4: return matmul_prefill_small<kW8, kSwiGLU, 4>;
-    default: return matmul_prefill_small<kW8, kSwiGLU, 8>;
+    case 1: return small_kernel_named<kW8, kSwiGLU, 1>(norm);
+    case 2: return small_kernel_named<kW8, kSwiGLU, 2>(norm);
+    case 4: return small_kernel_named<kW8, kSwiGLU, 4>(norm);
+    default: return small_kernel_named<kW8, kSwiGLU, 8>(norm);
   }
 }
 
-SmallKernel small_kernel(bool w8, bool swiglu, int nt) {
-  if (w8) return swiglu ? small_kernel_of<true, true>(nt) : small_kernel_of<true, false>(nt);
-  return swiglu ? small_kernel_of<false, true>(nt) : small_kernel_of<false, false>(nt);
+SmallKernel small_kernel(bool w8, bool swiglu, bool norm, int nt) {
+  if (w8) return swiglu ? small_kernel_of<true, true>(nt, norm) : small_kernel_of<true, false>(nt, norm);
+  return swiglu ? small_kernel_of<false, true>(nt, norm) : small_kernel_of<false, false>(nt, norm);
 }
 
 // Launch shape of matmul_prefill_small (see the top of the file).
@@ -1284,9 +1318,11 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
   if (!small_prepared_) {
     for (bool w8 : {true, false}) {
       for (bool swiglu : {true, false}) {
-        for (int nt : {1, 2, 4, 8})
-          CUDA_CHECK(cudaFuncSetAttribute(small_kernel(w8, swiglu, nt), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                          int(small_smem_cap())));
+        for (int nt : {1, 2, 4, 8}) {
+          for (bool norm : {false, true})
+            CUDA_CHECK(cudaFuncSetAttribute(small_kernel(w8, swiglu, norm, nt),
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_cap())));
+        }
       }
     }
     small_prepared_ = true;
@@ -1299,8 +1335,10 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
   const bool w8 = w.type() == WeightType::W8;
   for (MatmulEpilogue e : {MatmulEpilogue::None, MatmulEpilogue::SwiGLU, MatmulEpilogue::QkvRopeAppend}) {
     for (int batch : {2, 4, 8}) {
-      if (const GemvKernel k = gemv_kernel(w8, e, batch))
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
+      for (bool norm : {false, true}) {
+        if (const GemvKernel k = gemv_kernel(w8, e, norm, batch))
+          CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
+      }
     }
   }
 }
@@ -1327,7 +1365,8 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   a.accumulate = d.accumulate;
 
   const size_t smem = gemv_smem(w);
-  const GemvKernel probe = gemv_kernel(w8, d.epilogue, 2);
+  const bool norm = d.norm_x != nullptr;
+  const GemvKernel probe = gemv_kernel(w8, d.epilogue, norm, 2);
   const int occupancy = resident_blocks(reinterpret_cast<const void*>(probe), kGemvThreads, smem);
   const GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, sm_count_, occupancy);
   a.slices = plan.slices;
@@ -1353,7 +1392,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     a.argmax = d.argmax;
     a.argmax_ws = argmax_workspace();
   }
-  launch(gemv_kernel(w8, d.epilogue, plan.batch), dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
+  launch(gemv_kernel(w8, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
   return true;
 }
 
@@ -1405,7 +1444,7 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
     a.partials = reinterpret_cast<float*>(small_partials_.as<char>() + counters);
   }
   const dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
-  launch(small_kernel(w8, swiglu, p.nt), grid, dim3(32 * p.warps), p.smem, a);
+  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, p.nt), grid, dim3(32 * p.warps), p.smem, a);
   return true;
 }
 
