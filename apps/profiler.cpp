@@ -89,11 +89,16 @@ Traced trace_decode(Model& m, int32_t first, int pos0, int steps) {
   Traced t;
   be.trace_begin();
   const auto t0 = std::chrono::steady_clock::now();
-  int32_t tok = first;
-  for (int i = 0; i < steps; ++i) {
-    m.decode(tok, pos0 + i);
-    tok = m.argmax();
+  // As greedy generation runs: each step is queued before the host reads the previous token.
+  m.decode(first, pos0);
+  uint64_t ticket = m.queue_argmax();
+  for (int i = 1; i < steps; ++i) {
+    m.decode_next(pos0 + i);
+    const uint64_t next = m.queue_argmax();
+    m.take_argmax(ticket);
+    ticket = next;
   }
+  m.take_argmax(ticket);
   t.host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   t.records = be.trace_end();
   return t;

@@ -1,13 +1,16 @@
-# Writes build_info.cpp with the git commit of SOURCE_DIR (and "-dirty" for uncommitted changes),
-# or $TLLM_COMMIT where SOURCE_DIR is not a git checkout.
+# Writes build_info.cpp with $TLLM_COMMIT when it is set (a copied tree names its commit there, as
+# its own .git, if any, may be stale), else the git commit of SOURCE_DIR (and "-dirty" for
+# uncommitted changes), else "unknown".
 # Rewrites the file only when the text changes, so an unchanged tree does not relink.
-execute_process(COMMAND git -C ${SOURCE_DIR} rev-parse HEAD
-  OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+if(DEFINED ENV{TLLM_COMMIT} AND NOT "$ENV{TLLM_COMMIT}" STREQUAL "")
+  set(commit "$ENV{TLLM_COMMIT}")
+  set(rc 1)
+else()
+  execute_process(COMMAND git -C ${SOURCE_DIR} rev-parse HEAD
+    OUTPUT_VARIABLE commit OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE rc)
+endif()
 if(NOT rc EQUAL 0 OR commit STREQUAL "")
-  # A source copy without .git (an export, a copied tree) can name its commit in TLLM_COMMIT.
-  if(DEFINED ENV{TLLM_COMMIT} AND NOT "$ENV{TLLM_COMMIT}" STREQUAL "")
-    set(commit "$ENV{TLLM_COMMIT}")
-  else()
+  if(commit STREQUAL "")
     set(commit "unknown")
   endif()
 else()
