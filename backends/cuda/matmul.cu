@@ -1312,6 +1312,22 @@ void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
   }
 }
 
+// The fields every matmul kernel's arguments share (GemvArgs, SmallArgs, GemmArgs): the weights,
+// their row length, and where the outputs go.
+template <class Args>
+void set_matmul_args(Args& a, const MatmulDesc& d, const CudaMatrix& w) {
+  const bool w8 = w.type() == WeightType::W8;
+  a.q = w8 ? w.q() : nullptr;
+  a.scales = w8 ? w.scales() : nullptr;
+  a.w16 = w8 ? nullptr : w.f16();
+  a.k = int(w.k());
+  a.k_pad = int(w.k_pad());
+  a.bias = d.bias;
+  a.y = d.y;
+  a.out16 = reinterpret_cast<__half*>(d.out16);
+  a.accumulate = d.accumulate;
+}
+
 }  // namespace
 
 void CudaBackend::prepare_matmul(const CudaMatrix& w) {
@@ -1347,11 +1363,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const bool w8 = w.type() == WeightType::W8;
   const bool pair = d.epilogue == MatmulEpilogue::SwiGLU;
   GemvArgs a;
-  a.q = w8 ? w.q() : nullptr;
-  a.scales = w8 ? w.scales() : nullptr;
-  a.w16 = w8 ? nullptr : w.f16();
-  a.k = int(w.k());
-  a.k_pad = int(w.k_pad());
+  set_matmul_args(a, d, w);
   a.chunks = w8 ? a.k / 16 : a.k_pad / 8;
   a.rows = int(pair ? w.n() / 2 : w.n());
   a.pair_offset = pair ? a.rows : 0;
@@ -1359,10 +1371,6 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
   a.norm_eps = d.norm_eps;
-  a.bias = d.bias;
-  a.y = d.y;
-  a.out16 = reinterpret_cast<__half*>(d.out16);
-  a.accumulate = d.accumulate;
 
   const size_t smem = gemv_smem(w);
   const bool norm = d.norm_x != nullptr;
@@ -1405,23 +1413,15 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
   const bool w8 = w.type() == WeightType::W8;
   const bool swiglu = d.epilogue == MatmulEpilogue::SwiGLU;
   SmallArgs a;
-  a.q = w8 ? w.q() : nullptr;
-  a.scales = w8 ? w.scales() : nullptr;
-  a.w16 = w8 ? nullptr : w.f16();
+  set_matmul_args(a, d, w);
   a.x = reinterpret_cast<const __half*>(d.x);
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
   a.norm_eps = d.norm_eps;
-  a.bias = d.bias;
-  a.y = d.y;
-  a.out16 = reinterpret_cast<__half*>(d.out16);
   a.m = int(d.m);
   a.n = int(w.n());
-  a.k = int(w.k());
-  a.k_pad = int(w.k_pad());
   a.n_out = swiglu ? a.n / 2 : a.n;
   a.windows = int(w8 ? a.k / kW8Group : ceil_div(a.k_pad, 32));
-  a.accumulate = d.accumulate;
   a.x_vec = a.k % 8 == 0 && aligned_to(d.x, 16);
   a.norm_vec = a.k % 8 == 0 && aligned_to(d.norm_x, 16) && aligned_to(d.norm_weight, 16);
 
@@ -1452,19 +1452,11 @@ void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w
   const bool w8 = w.type() == WeightType::W8;
   const bool swiglu = d.epilogue == MatmulEpilogue::SwiGLU;
   GemmArgs a;
+  set_matmul_args(a, d, w);
   a.x = x;
-  a.q = w8 ? w.q() : nullptr;
-  a.scales = w8 ? w.scales() : nullptr;
-  a.w16 = w8 ? nullptr : w.f16();
-  a.bias = d.bias;
-  a.y = d.y;
-  a.out16 = reinterpret_cast<__half*>(d.out16);
   a.m = int(d.m);
   a.n = int(w.n());
-  a.k = int(w.k());
-  a.k_pad = int(w.k_pad());
   a.n_out = swiglu ? a.n / 2 : a.n;
-  a.accumulate = d.accumulate;
   a.x_vec = a.k % 8 == 0 && aligned_to(x, 16);
   const int cols_per_tile = swiglu ? kTileN / 2 : kTileN;
   dim3 grid(unsigned(ceil_div(a.n_out, cols_per_tile)), unsigned(ceil_div(a.m, kTileM)));
