@@ -205,6 +205,7 @@ struct MatmulDesc {
   half_t* out16 = nullptr;             // SwiGLU: (m, n / 2)
   QkvRopeAppendDesc rope;              // QkvRopeAppend: all but qkv and m (y and m are used)
   int32_t* argmax = nullptr;           // (scalar) or null: also *argmax = the argmax op on y; m = 1, no epilogue
+  int32_t* argmax_advance = nullptr;   // with argmax, or null: as ArgmaxDesc::advance
 };
 
 // Causal self-attention of m query rows at positions pos0 .. pos0+m-1 against cache rows
@@ -264,10 +265,13 @@ struct EmbeddingDesc {
 };
 
 // *out = the index of the largest x (the first one on ties): greedy sampling without a download.
+// With `advance`, once *out is written, advance[0] and advance[1] each grow by one: a decode step's
+// position and KV length, ready for the next step without an upload.
 struct ArgmaxDesc {
-  const float* x = nullptr;  // (n)
-  int32_t* out = nullptr;    // scalar
+  const float* x = nullptr;       // (n)
+  int32_t* out = nullptr;         // scalar
   int64_t n = 0;
+  int32_t* advance = nullptr;     // (2) or null
 };
 
 enum class Op : uint8_t {

@@ -456,20 +456,23 @@ void Model::decode(int32_t token, int pos) {
   check_position(pos);
   const int32_t step[3] = {pos, pos + 1, token};
   be_.upload(step_.data(), step, sizeof(step));
-  run_decode_step();
+  run_decode_step(pos);
 }
 
 void Model::decode_next(int pos) {
   if (!argmax_ready_) throw ModelError("decode_next: no step has computed a token to continue from");
   check_position(pos);
-  const int32_t step[2] = {pos, pos + 1};
-  be_.upload(step_.data(), step, sizeof(step));  // the token slot keeps the last step's argmax
-  run_decode_step();
+  if (pos != next_step_pos_) {
+    const int32_t step[2] = {pos, pos + 1};
+    be_.upload(step_.data(), step, sizeof(step));  // the token slot keeps the last step's argmax
+  }
+  run_decode_step(pos);
 }
 
-// One decode step on the scalars in step_: [pos, n_kv, token]. The lm_head's argmax replaces the
-// token, so the next step can start from it without the host (decode_next).
-void Model::run_decode_step() {
+// One decode step at pos on the scalars in step_: [pos, n_kv, token]. The lm_head's argmax replaces
+// the token and advances pos and n_kv, so the next step can start from them without the host
+// (decode_next).
+void Model::run_decode_step(int pos) {
   ScopedRange range(be_, "decode");
   int32_t* s = step_.as<int32_t>();
   be_.run_step(/*key=*/0, [&] {
@@ -486,9 +489,11 @@ void Model::run_decode_step() {
     h.norm_eps = cfg_.rms_eps;
     h.y = logits_.as<float>();
     h.argmax = s + 2;
+    h.argmax_advance = s;
     be_.matmul_m1(h);
   });
   argmax_ready_ = true;
+  next_step_pos_ = pos + 1;
 }
 
 void Model::download_logits(float* dst) {

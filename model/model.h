@@ -107,6 +107,7 @@ class Model {
   // `pos` whose token is the argmax of the step before it (prefill, decode or decode_next), which
   // only the device knows yet; queue_argmax() queues the download of the latest step's argmax and
   // take_argmax(ticket) waits for it. So step n+1 can be queued before the host reads token n.
+  // decode_next right after a step at pos - 1 uploads nothing: that step advanced the position.
   void decode_next(int pos);
   uint64_t queue_argmax();
   int32_t take_argmax(uint64_t ticket);
@@ -127,7 +128,7 @@ class Model {
   struct Layer;
   Model(Backend& be, ModelConfig cfg);
   void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode);
-  void run_decode_step();
+  void run_decode_step(int pos);
   void check_position(int pos) const;
 
   Backend& be_;
@@ -151,6 +152,9 @@ class Model {
   Buffer logits_;     // (n_vocab) f32
   Buffer step_;       // i32 [pos, n_kv, token]: a decode step's scalars; the lm_head's argmax lands on token
   bool argmax_ready_ = false;  // a step has written its argmax to step_
+  // The position step_ will hold for the next decode step, or -1: a decode step's argmax advances
+  // [pos, n_kv] by one on the device, so a step that continues from the last one uploads nothing.
+  int next_step_pos_ = -1;
 };
 
 }  // namespace tllm

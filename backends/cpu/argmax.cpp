@@ -12,6 +12,10 @@ void CpuBackend::argmax(const ArgmaxDesc& d) {
     if (d.x[i] > d.x[best]) best = i;
   }
   *d.out = int32_t(best);
+  if (d.advance) {
+    ++d.advance[0];
+    ++d.advance[1];
+  }
 }
 
 }  // namespace tllm::cpu

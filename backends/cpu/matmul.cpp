@@ -58,11 +58,13 @@ void CpuBackend::matmul_impl(const MatmulDesc& d) {
   }
 
   TLLM_CPU_CHECK(!d.argmax || (m == 1 && d.epilogue == MatmulEpilogue::None));
+  TLLM_CPU_CHECK(!d.argmax_advance || d.argmax);
   if (d.argmax) {
     ArgmaxDesc a;
     a.x = d.y;
     a.out = d.argmax;
     a.n = n;
+    a.advance = d.argmax_advance;
     argmax(a);
   }
   if (rope) {

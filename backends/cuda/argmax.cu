@@ -16,7 +16,7 @@ namespace {
 constexpr int kArgmaxThreads = 256;
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, int64_t n, int32_t* out,
-                                                                ArgmaxWorkspace ws) {
+                                                                ArgmaxWorkspace ws, int32_t* advance) {
   __shared__ ArgmaxCandidate scratch[kArgmaxThreads / 32];
   grid_dependency_wait();
   allow_dependent_launch();
@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_kernel(const float* x, 
   const int64_t begin = blockIdx.x * per_block, end = std::min<int64_t>(n, begin + per_block);
   ArgmaxCandidate c = argmax_none();
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) c.offer(x[i], int32_t(i));
-  argmax_commit(c, scratch, out, ws);
+  argmax_commit(c, scratch, out, ws, advance);
 }
 
 }  // namespace
@@ -43,7 +43,8 @@ void CudaBackend::argmax(const ArgmaxDesc& d) {
   // About 4 values per thread, at most two blocks per multiprocessor.
   const int64_t blocks = std::max<int64_t>(
       1, std::min<int64_t>({ceil_div(d.n, kArgmaxThreads * 4), 2 * int64_t(sm_count_), kArgmaxMaxBlocks}));
-  launch(argmax_kernel, dim3(unsigned(blocks)), dim3(kArgmaxThreads), 0, d.x, d.n, d.out, argmax_workspace());
+  launch(argmax_kernel, dim3(unsigned(blocks)), dim3(kArgmaxThreads), 0, d.x, d.n, d.out, argmax_workspace(),
+         d.advance);
 }
 
 }  // namespace tllm::cuda

@@ -59,8 +59,9 @@ __device__ inline ArgmaxCandidate argmax_block(ArgmaxCandidate c, ArgmaxCandidat
 }
 
 // Block-wide: reduces the block's candidates, and in the last block to arrive those of the whole
-// grid, into *out.
-__device__ inline void argmax_commit(ArgmaxCandidate c, ArgmaxCandidate* scratch, int32_t* out, ArgmaxWorkspace ws) {
+// grid, into *out; then, with `advance`, adds one to advance[0] and advance[1] (ArgmaxDesc).
+__device__ inline void argmax_commit(ArgmaxCandidate c, ArgmaxCandidate* scratch, int32_t* out, ArgmaxWorkspace ws,
+                                     int32_t* advance) {
   __shared__ bool is_last;
   c = argmax_block(c, scratch);
   if (threadIdx.x == 0) {
@@ -78,6 +79,10 @@ __device__ inline void argmax_commit(ArgmaxCandidate c, ArgmaxCandidate* scratch
   b = argmax_block(b, scratch);
   if (threadIdx.x == 0) {
     *out = b.i < 0 ? 0 : b.i;
+    if (advance) {
+      ++advance[0];
+      ++advance[1];
+    }
     *ws.counter = 0u;  // ready for the next launch
   }
 }

@@ -114,6 +114,7 @@ struct GemvArgs {
   bool neox = false;
   int32_t* argmax = nullptr;       // scalar, or null: no argmax epilogue
   ArgmaxWorkspace argmax_ws;
+  int32_t* argmax_advance = nullptr;  // (2) or null: see ArgmaxDesc
 };
 
 // x lives in shared memory as fp32, in units of 4 values: unit (c, j) holds x[c·V + 4j .. + 3] for
@@ -481,7 +482,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   if constexpr (!kPair && !kRope) {
     if (a.argmax) {
       __shared__ ArgmaxCandidate scratch[kGemvWarps];
-      argmax_commit(best, scratch, a.argmax, a.argmax_ws);
+      argmax_commit(best, scratch, a.argmax, a.argmax_ws, a.argmax_advance);
     }
   }
 }
@@ -1303,6 +1304,7 @@ void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
   }
   CUDA_REQUIRE(!d.argmax || (d.m == 1 && d.epilogue == MatmulEpilogue::None), op,
                "the argmax epilogue needs m = 1 and no other epilogue");
+  CUDA_REQUIRE(!d.argmax_advance || d.argmax, op, "argmax_advance needs the argmax epilogue");
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
     const QkvRopeAppendDesc& r = d.rope;
     CUDA_REQUIRE(!d.accumulate, op, "the rope epilogue cannot accumulate");
@@ -1399,6 +1401,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     if (blocks > kArgmaxMaxBlocks) return false;
     a.argmax = d.argmax;
     a.argmax_ws = argmax_workspace();
+    a.argmax_advance = d.argmax_advance;
   }
   launch(gemv_kernel(w8, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
   return true;
@@ -1486,6 +1489,7 @@ void CudaBackend::matmul_m1(const MatmulDesc& d) {
   MatmulDesc plain = d;
   plain.epilogue = MatmulEpilogue::None;
   plain.argmax = nullptr;
+  plain.argmax_advance = nullptr;
   matmul_m1_kernel(plain, w);
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) rope_epilogue(d);
   if (d.argmax) {
@@ -1493,6 +1497,7 @@ void CudaBackend::matmul_m1(const MatmulDesc& d) {
     a.x = d.y;
     a.out = d.argmax;
     a.n = w.n();
+    a.advance = d.argmax_advance;
     argmax(a);
   }
 }
