@@ -140,6 +140,7 @@ class CudaBackend final : public Backend {
   // Short prompts (m <= 64): false (nothing launched) when the shape does not fit the path.
   bool matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w);
   size_t small_smem_cap() const;             // staged x of matmul_prefill_small, bytes
+  size_t small_smem_limit() const;           // all of its dynamic shared memory, bytes
   void prepare_matmul(const CudaMatrix& w);   // kernel attributes for the matrix's k (matmul.cu)
   void prepare_attention();                   // kernel attributes for every head_dim (attention.cu)
   ArgmaxWorkspace argmax_workspace();         // candidates of up to kArgmaxMaxBlocks blocks (argmax.cu)

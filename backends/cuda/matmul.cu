@@ -17,7 +17,8 @@
 //                    for 4224 warps) requests each next batch before using the current one. x (k fp16 values, or the rmsnorm
 //                    prologue's fp16 output) is staged once per block in shared memory as fp32, every
 //                    load of a thread issued before the first store; the bias and the y being
-//                    accumulated into are requested when a row starts. int8 → fp32 is one byte permute
+//                    accumulated into are requested before x is staged (and for each later row when
+//                    it starts), so that their trip to memory overlaps x's. int8 → fp32 is one byte permute
 //                    and one subtract (the 2^23 magic number); the 16 products of a vector are summed
 //                    in fp32, one 4-value unit of x at a time, and scaled by their group's scale.
 //                    The QKV projection's epilogue applies rope and appends k and v to the caches:
@@ -47,9 +48,14 @@
 //                    fp32 into the sum, so the weights are never rounded. The rows of x (m rounded
 //                    up to a multiple of 8) are the B operand, staged in shared memory for the
 //                    block's windows as [window][row][32 values], so that a warp's 16-byte reads hit
-//                    every bank once. The rmsnorm prologue computes its fp16 rows there instead of
-//                    running as a kernel of its own (each block reads whole rows for their sums of
-//                    squares, in fp64 as the rmsnorm kernel does). Four warps ("slices") share a
+//                    every bank once; a thread's chunks of x lie in one row, so staging is one
+//                    copy request per chunk at a constant stride. The rmsnorm prologue computes its
+//                    fp16 rows there instead of running as a kernel of its own (each block needs
+//                    whole rows for their sums of squares, in fp64 as the rmsnorm kernel does):
+//                    where they fit (up to 32 rows of x at k = 896), the block copies the fp32 rows
+//                    and the norm weights into shared memory in one trip with every request in
+//                    flight, then sums and converts from there; otherwise it reads them from global
+//                    memory in batches. Four warps ("slices") share a
 //                    tile's k and add their sums in shared memory in slice order. A block has 8 warps
 //                    (2 tiles, two blocks per SM), or 12 (3 tile pairs, one block per SM) for SwiGLU
 //                    up to 32 rows of x, whose 64 registers of weights and 32 of sums do not fit
@@ -435,16 +441,16 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     const int half = a.head_dim >> 1;
     freq = rope_frequency(pair % half, a.head_dim, a.theta);
   }
+  const bool writer = slice == 0 && lane == 0;
+  GemvEpilogueInputs<kRows> epi;
   grid_dependency_wait();
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.pos : 0;
+  gemv_epilogue_inputs<kRows>(a, row, writer, epi);  // in flight while x is staged
   stage_x<kW8, kNorm>(a, xs);
   __syncthreads();
 
-  const bool writer = slice == 0 && lane == 0;
   ArgmaxCandidate best = argmax_none();  // argmax epilogue: the first strict maximum of the warp's rows
-  GemvEpilogueInputs<kRows> epi;
-  gemv_epilogue_inputs<kRows>(a, row, writer, epi);
   float acc[kRows];
 #pragma unroll
   for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
@@ -823,6 +829,7 @@ struct SmallArgs {
   bool accumulate = false;
   bool x_vec = false;              // x rows in 16-byte copies (k % 8 == 0, aligned base)
   bool norm_vec = false;           // norm_x and norm_w in 16-byte loads (k % 8 == 0, aligned bases)
+  int raw_offset = 0;              // prologue: bytes from the staged x to its fp32 rows in shared memory, or 0
   // Split k (splits > 1): each block's sums, (row blocks, splits, warps / slices tiles, kA, nt,
   // 32 lanes, 4), kA = 2 with SwiGLU, and one arrival counter per row block, zero between launches.
   float* partials = nullptr;
@@ -884,44 +891,106 @@ __device__ __forceinline__ void small_out_write(const SmallArgs& a, int tile, in
 
 // Stages the block's windows of x, or of the rmsnorm prologue's fp16 rows, in shared memory as
 // xs[window][row][32 values] (rows m .. 8·kNT - 1 and values past k are zero). Block-wide.
+//
+// Chunk q (8 values, xs[q·8 .. q·8 + 7]) is window q / (4·kRows), row (q / 4) % kRows, values
+// 8·(q % 4) .. + 7 of the window. Thread t writes chunks t, t + kThreads, ...: all in one row, the
+// window advancing by kWinStep, so its source moves by a constant stride.
+//
+// The prologue, out = fp16(x / sqrt(mean(x²) + eps) · weight) as the rmsnorm kernel computes it,
+// needs whole rows: the sum of squares of row r by the kTPR consecutive threads r·kTPR .. + kTPR - 1
+// (256 threads in all), in fp64, added up in a fixed order. With a.raw_offset the block copies its
+// rows (fp32, row stride k + 4 so that rows start 4 banks apart) and the norm weights into shared
+// memory in one trip, all requests in flight at once; otherwise it reads them from global memory.
 template <int kNT, int kThreads>
 __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half* xs) {
   constexpr int kRows = 8 * kNT;
+  constexpr int kWinStep = kThreads / (4 * kRows);
+  static_assert(kThreads % (4 * kRows) == 0, "a thread's chunks must stay in one row");
+  constexpr int kTPR = 256 / kRows;
+  static_assert(kThreads >= 256, "the sum of squares takes 256 threads");
   __shared__ float inv_rms[kRows];
   const int tid = threadIdx.x;
-  const int chunks = nw * kRows * 4;  // 8-value chunks: chunk q is xs[q·8 .. q·8 + 7]
-  // Chunk q: window q / (4·kRows), row (q / 4) % kRows, values 8·(q % 4) .. + 7 of the window.
-  auto chunk_row = [](int q) { return (q >> 2) % kRows; };
-  auto chunk_k = [&](int q) { return 32 * (win_block + q / (4 * kRows)) + 8 * (q & 3); };
+  const int chunks = nw * kRows * 4;
+  const int row = (tid >> 2) % kRows;
+  const int kk0 = 32 * (win_block + tid / (4 * kRows)) + 8 * (tid & 3);  // k of the thread's first chunk
+  constexpr int kKStep = 32 * kWinStep;                                   // and its advance per chunk
+  const bool row_ok = row < a.m;
+
   if (!a.norm_x) {
-    for (int q = tid; q < chunks; q += kThreads) {
-      const int row = chunk_row(q), kk = chunk_k(q);
-      if (a.x_vec) {
-        const bool ok = row < a.m && kk < a.k;
-        cp_async16(xs + 8 * q, ok ? a.x + int64_t(row) * a.k + kk : a.x, ok ? 16 : 0);
-      } else {
+    if (a.x_vec) {
+      const __half* src = a.x + int64_t(row_ok ? row : 0) * a.k + kk0;
+      int kk = kk0;
+      for (int q = tid; q < chunks; q += kThreads, kk += kKStep, src += kKStep) {
+        const bool ok = row_ok && kk < a.k;
+        cp_async16(xs + 8 * q, ok ? src : a.x, ok ? 16 : 0);
+      }
+      cp_async_commit();
+      cp_async_wait<0>();
+    } else {
+      int kk = kk0;
+      for (int q = tid; q < chunks; q += kThreads, kk += kKStep) {
         __half v[8];
 #pragma unroll
         for (int e = 0; e < 8; ++e)
-          v[e] = row < a.m && kk + e < a.k ? a.x[int64_t(row) * a.k + kk + e] : __ushort_as_half(0);
+          v[e] = row_ok && kk + e < a.k ? a.x[int64_t(row) * a.k + kk + e] : __ushort_as_half(0);
         memcpy(xs + 8 * q, v, 16);
       }
     }
-    cp_async_commit();
-    cp_async_wait<0>();
     return;
   }
-  // Prologue: out = fp16(x / sqrt(mean(x²) + eps) * weight), as the rmsnorm kernel computes it. The
-  // sum of squares of row r (whole rows, every block) by the kTPR consecutive threads
-  // r·kTPR .. + kTPR - 1 (256 threads in all), in fp64, added up in a fixed order.
-  constexpr int kTPR = 256 / kRows;
-  static_assert(kThreads >= 256, "the sum of squares takes 256 threads");
-  const int r = tid / kTPR, seg = tid % kTPR;
+
+  const int r = tid / kTPR, seg = tid % kTPR;  // sum of squares: row r, segment seg
+  const int units = a.k / 4;                   // float4s of a row (norm_vec: k % 8 == 0)
   double ss = 0;
+  if (a.raw_offset) {
+    // Rows 0 .. m - 1 and the weights land in shared memory; every request is issued before any
+    // is waited for.
+    const int stride = a.k + 4;
+    float* raw = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + a.raw_offset);
+    float* wts = raw + int64_t(kRows) * stride;
+    const int warp = tid >> 5, lane = tid & 31;
+    for (int rr = warp; rr < a.m; rr += kThreads / 32) {
+      const float* src = a.norm_x + int64_t(rr) * a.k;
+      for (int u = lane; u < units; u += 32) cp_async16(raw + rr * stride + 4 * u, src + 4 * u, 16);
+    }
+    for (int u = tid; u < units; u += kThreads) cp_async16(wts + 4 * u, a.norm_w + 4 * u, 16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (r < a.m) {
+      const float4* xr = reinterpret_cast<const float4*>(raw + r * stride);
+      for (int u = seg; u < units; u += kTPR) {
+        const float4 v = xr[u];
+        ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
+      }
+    }
+    if (r < kRows) {  // whole warps
+#pragma unroll
+      for (int o = kTPR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+      if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
+    }
+    __syncthreads();
+    const float inv = inv_rms[row];
+    const float* xr = raw + row * stride;
+    int kk = kk0;
+    for (int q = tid; q < chunks; q += kThreads, kk += kKStep) {
+      uint4 h = make_uint4(0u, 0u, 0u, 0u);
+      if (row_ok && kk < a.k) {
+        const float4 x0 = *reinterpret_cast<const float4*>(xr + kk), x1 = *reinterpret_cast<const float4*>(xr + kk + 4);
+        const float4 w0 = *reinterpret_cast<const float4*>(wts + kk), w1 = *reinterpret_cast<const float4*>(wts + kk + 4);
+        h.x = float2_to_half2_bits(x0.x * inv * w0.x, x0.y * inv * w0.y);
+        h.y = float2_to_half2_bits(x0.z * inv * w0.z, x0.w * inv * w0.w);
+        h.z = float2_to_half2_bits(x1.x * inv * w1.x, x1.y * inv * w1.y);
+        h.w = float2_to_half2_bits(x1.z * inv * w1.z, x1.w * inv * w1.w);
+      }
+      *reinterpret_cast<uint4*>(xs + 8 * q) = h;
+    }
+    return;
+  }
+
   if (r < a.m) {
     const float* xr = a.norm_x + int64_t(r) * a.k;
     if (a.norm_vec) {
-      const int units = a.k / 4;
       for (int u0 = seg; u0 < units; u0 += kTPR * kSmallNormBatch) {
         float4 v[kSmallNormBatch];
 #pragma unroll
@@ -943,26 +1012,26 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
     if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
   }
   __syncthreads();
+  const float inv = inv_rms[row];
+  const float* xr = a.norm_x + int64_t(row_ok ? row : 0) * a.k;
   if (a.norm_vec) {
-    for (int q0 = tid; q0 < chunks; q0 += kThreads * kSmallStageBatch) {
+    int kk = kk0;
+    for (int q0 = tid; q0 < chunks; q0 += kThreads * kSmallStageBatch, kk += kKStep * kSmallStageBatch) {
       float4 xv[kSmallStageBatch][2], wv[kSmallStageBatch][2];
 #pragma unroll
       for (int i = 0; i < kSmallStageBatch; ++i) {
-        const int q = q0 + i * kThreads, row = chunk_row(q), kk = chunk_k(q);
-        const bool ok = q < chunks && row < a.m && kk < a.k;
-        const float4* xp = reinterpret_cast<const float4*>(a.norm_x + int64_t(row) * a.k + kk);
-        const float4* wp = reinterpret_cast<const float4*>(a.norm_w + kk);
+        const int ki = kk + i * kKStep;
+        const bool ok = q0 + i * kThreads < chunks && row_ok && ki < a.k;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          xv[i][h] = ok ? xp[h] : make_float4(0.f, 0.f, 0.f, 0.f);
-          wv[i][h] = ok ? wp[h] : make_float4(0.f, 0.f, 0.f, 0.f);
+          xv[i][h] = ok ? reinterpret_cast<const float4*>(xr + ki)[h] : make_float4(0.f, 0.f, 0.f, 0.f);
+          wv[i][h] = ok ? reinterpret_cast<const float4*>(a.norm_w + ki)[h] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
       }
 #pragma unroll
       for (int i = 0; i < kSmallStageBatch; ++i) {
         const int q = q0 + i * kThreads;
         if (q >= chunks) continue;
-        const float inv = inv_rms[chunk_row(q)];
         uint4 h;
         h.x = float2_to_half2_bits(xv[i][0].x * inv * wv[i][0].x, xv[i][0].y * inv * wv[i][0].y);
         h.y = float2_to_half2_bits(xv[i][0].z * inv * wv[i][0].z, xv[i][0].w * inv * wv[i][0].w);
@@ -972,14 +1041,13 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
       }
     }
   } else {
-    for (int q = tid; q < chunks; q += kThreads) {
-      const int row = chunk_row(q), kk = chunk_k(q);
-      const float inv = inv_rms[row];
+    int kk = kk0;
+    for (int q = tid; q < chunks; q += kThreads, kk += kKStep) {
       __half v[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const bool ok = row < a.m && kk + e < a.k;
-        v[e] = __float2half_rn(ok ? a.norm_x[int64_t(row) * a.k + kk + e] * inv * a.norm_w[kk + e] : 0.f);
+        const bool ok = row_ok && kk + e < a.k;
+        v[e] = __float2half_rn(ok ? xr[kk + e] * inv * a.norm_w[kk + e] : 0.f);
       }
       memcpy(xs + 8 * q, v, 16);
     }
@@ -1339,7 +1407,7 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
         for (int nt : {1, 2, 4, 8}) {
           for (bool norm : {false, true})
             CUDA_CHECK(cudaFuncSetAttribute(small_kernel(w8, swiglu, norm, nt),
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_cap())));
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_limit())));
         }
       }
     }
@@ -1407,10 +1475,12 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   return true;
 }
 
-size_t CudaBackend::small_smem_cap() const {
+size_t CudaBackend::small_smem_limit() const {
   // What a block may ask for, less the kernel's static shared memory.
-  return std::min(kSmallSmemCap, smem_optin_ > kSmallStaticSmem ? smem_optin_ - kSmallStaticSmem : 0);
+  return smem_optin_ > kSmallStaticSmem ? smem_optin_ - kSmallStaticSmem : 0;
 }
+
+size_t CudaBackend::small_smem_cap() const { return std::min(kSmallSmemCap, small_smem_limit()); }
 
 bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const bool w8 = w.type() == WeightType::W8;
@@ -1434,6 +1504,16 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
   a.slice_bits = p.slices == 4 ? 2 : p.slices == 2 ? 1 : 0;
   a.groups = p.groups;
   a.splits = p.splits;
+  size_t smem = p.smem;
+  if (d.norm_x && a.norm_vec && p.splits == 1) {
+    // The prologue's rows and weights in shared memory too, past the staged x, where they fit.
+    const size_t staged = (size_t(p.slices * p.groups) * size_t(8 * p.nt) * 32 * sizeof(__half) + 15) / 16 * 16;
+    const size_t raw = (size_t(8 * p.nt) * size_t(a.k + 4) + size_t(a.k)) * sizeof(float);
+    if (staged + raw <= small_smem_limit()) {
+      a.raw_offset = int(staged);
+      smem = std::max(smem, staged + raw);
+    }
+  }
   if (p.splits > 1) {
     if (p.row_blocks > kSmallCounters) return false;
     const size_t counters = kSmallCounters * sizeof(unsigned);
@@ -1447,7 +1527,7 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
     a.partials = reinterpret_cast<float*>(small_partials_.as<char>() + counters);
   }
   const dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
-  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, p.nt), grid, dim3(32 * p.warps), p.smem, a);
+  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, p.nt), grid, dim3(32 * p.warps), smem, a);
   return true;
 }
 
