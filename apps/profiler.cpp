@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <numeric>
@@ -84,21 +85,35 @@ struct Traced {
   double host_us = 0;  // wall time of the traced section
 };
 
+// `steps` greedy decode steps from token `first` at pos0, as Session::generate runs them: the first
+// step alone, then runs of up to Model::kDecodeRunMax steps (single steps where the backend does not
+// record steps), each queued before the host reads the tokens of the one before.
+void decode_runs(Model& m, int32_t first, int pos0, int steps) {
+  const int run_max = m.backend().supports(Op::StepCapture) ? Model::kDecodeRunMax : 1;
+  std::deque<std::pair<uint64_t, int>> in_flight;
+  int32_t tokens[Model::kDecodeRunMax];
+  m.decode(first, pos0);
+  in_flight.emplace_back(m.queue_run_tokens(1), 1);
+  for (int done = 1; done < steps || !in_flight.empty();) {
+    if (done < steps) {
+      const int n = std::min(run_max, steps - done);
+      m.decode_run(pos0 + done, n);
+      in_flight.emplace_back(m.queue_run_tokens(n), n);
+      done += n;
+    }
+    if (in_flight.size() > 1 || done >= steps) {
+      m.take_run_tokens(in_flight.front().first, in_flight.front().second, tokens);
+      in_flight.pop_front();
+    }
+  }
+}
+
 Traced trace_decode(Model& m, int32_t first, int pos0, int steps) {
   Backend& be = m.backend();
   Traced t;
   be.trace_begin();
   const auto t0 = std::chrono::steady_clock::now();
-  // As greedy generation runs: each step is queued before the host reads the previous token.
-  m.decode(first, pos0);
-  uint64_t ticket = m.queue_argmax();
-  for (int i = 1; i < steps; ++i) {
-    m.decode_next(pos0 + i);
-    const uint64_t next = m.queue_argmax();
-    m.take_argmax(ticket);
-    ticket = next;
-  }
-  m.take_argmax(ticket);
+  decode_runs(m, first, pos0, steps);
   t.host_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   t.records = be.trace_end();
   return t;
@@ -185,9 +200,8 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   m.prefill(prompt.data(), n, 0);
   const int32_t first = m.argmax();
   const std::vector<TraceRecord> prefill = be.trace_end();
-  // Decode with step capture (the first step records the graph, so warm it up untraced).
-  m.decode(first, n);
-  m.argmax();
+  // Decode with step capture (the first runs record the graphs, so warm them up untraced).
+  decode_runs(m, first, n, steps);
   const Traced graphs = trace_decode(m, first, n, steps);
   const int graph_kernels = be.kernels_per_step();
   // Decode without step capture.
@@ -311,7 +325,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   std::printf("%-44s %-26s %-34s %s\n", "lm_head kernel takes a large share", meas,
               lm_share > 0.3 ? "LARGE-N GEMV DOMINATES" : "not the limit", "tile for bandwidth, fewer lm_head bytes");
   std::snprintf(meas, sizeof meas, "%.1f copies per step", per(double(graphs.records.size() - count_kernels(graphs.records))));
-  std::printf("%-44s %-26s %-34s %s\n", "host waits on device copies", meas, "one 4-byte token id read per step",
+  std::printf("%-44s %-26s %-34s %s\n", "host waits on device copies", meas, "token ids read once per run of steps",
               "keep sampling on the device");
   const char* overall = idle_frac > 0.3 ? "launch-bound" : (peak > 0 && busy_gbs > 0.6 * peak ? "bandwidth-bound" : "neither");
   std::printf("verdict: %s\n", overall);

@@ -363,11 +363,16 @@ class Backend {
   virtual void argmax(const ArgmaxDesc& d) = 0;
 
   // ---- whole steps ----
-  // Runs `body`, which issues ops. A backend that supports Op::StepCapture records the ops the first
-  // time it sees `key` and replays the recording on later calls with the same key without running
-  // `body` again, so everything a step varies must come through backend memory. The CPU backend
-  // simply runs `body`. A backend that fails to record warns once and runs `body` directly from then on.
-  virtual void run_step(int key, const std::function<void()>& body) { (void)key; body(); }
+  // Runs `body`, which issues the ops of `steps` consecutive decode steps. A backend that supports
+  // Op::StepCapture records the ops the first time it sees `key` and replays the recording on later
+  // calls with the same key without running `body` again, so everything a step varies must come
+  // through backend memory. The CPU backend simply runs `body`. A backend that fails to record
+  // warns once and runs `body` directly from then on.
+  virtual void run_step(int key, int steps, const std::function<void()>& body) {
+    (void)key;
+    (void)steps;
+    body();
+  }
   // Forgets recorded steps (their buffers are about to change).
   virtual void reset_steps() {}
   // Turns step capture on or off (on by default where supported).
@@ -378,7 +383,7 @@ class Backend {
   // trace_end waits for the device and returns what ran since trace_begin, ordered by start time.
   virtual bool trace_begin() { return false; }
   virtual std::vector<TraceRecord> trace_end() { return {}; }
-  // Kernel launches the last recorded step issues per replay (0 when steps are not recorded).
+  // Kernel launches per decode step of the last run_step (0 when steps are not recorded).
   virtual int kernels_per_step() const { return 0; }
 
   // Named ranges for external profilers (NVTX on CUDA); no-ops elsewhere.

@@ -1,5 +1,8 @@
 #include "model/generator.h"
 
+#include <algorithm>
+#include <deque>
+
 namespace tllm {
 
 const char* stop_reason_name(StopReason r) {
@@ -57,22 +60,51 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
   if (opt.max_tokens <= 0) return res;
   int32_t tok = pick();
   res.ttft_ms = ms_since(t0);
-  // Plain greedy decoding runs one step ahead of the host: the step for a token is queued before
-  // the host has read that token (the device feeds each step's argmax to the next, decode_next),
-  // so the device never waits for the host between steps. The step after the last token is run
-  // only when another token can follow; when generation stops at an end token or a callback, that
-  // token's step has already run ahead, which leaves the session as if it had not: its cache row
-  // is rewritten when the pending token is run by the next call.
+  // Plain greedy decoding runs ahead of the host: the device feeds each step's argmax to the next
+  // (Model::decode_run), so steps are queued in runs of up to run_max before the host has
+  // read their tokens, and the host keeps the next run queued while it reads one, so the device
+  // never waits for the host. A step is run only for a token another token can follow (the g-th
+  // generated token, g < max_tokens, at a position inside the context). When generation stops
+  // early (an end token, a callback), the steps that ran ahead leave the session as if they had not:
+  // their cache rows lie past n_past() and are rewritten by the next call.
   const bool ahead = sampler_.params().is_plain_greedy();
-  uint64_t ticket = 0;  // ahead: the queued download of the step after tok, when `queued`
-  bool queued = false;
-  // Whether the g-th generated token is run through the model (another token follows it) at pos.
-  auto runs = [&](size_t g, int pos) { return int(g) < opt.max_tokens && pos < n_ctx; };
+  // Runs pay off where a backend replays recorded steps; elsewhere a token reaches the host as
+  // soon as its step is done (CPU chat streams token by token).
+  const int run_max = model_.backend().supports(Op::StepCapture) ? Model::kDecodeRunMax : 1;
+  struct Run {
+    uint64_t ticket;
+    int n;
+  };
+  std::deque<Run> in_flight;     // ahead: queued runs, oldest first
+  std::deque<int32_t> ready;     // ahead: tokens downloaded and not yet taken, in order
+  int launched = 0;              // ahead: steps queued so far (step g runs generated token g)
+  int next_pos = n_past();       // ahead: position of the next step to queue
+  auto queue_run = [&] {
+    const int n = std::min({run_max, opt.max_tokens - 1 - launched, n_ctx - next_pos});
+    if (n <= 0) return;
+    if (launched == 0) {
+      model_.decode(tok, next_pos);  // the first step takes tok from the host
+      in_flight.push_back({model_.queue_run_tokens(1), 1});
+      launched = 1;
+      next_pos += 1;
+      return;
+    }
+    model_.decode_run(next_pos, n);
+    in_flight.push_back({model_.queue_run_tokens(n), n});
+    launched += n;
+    next_pos += n;
+  };
+  auto take_run = [&] {
+    const Run r = in_flight.front();
+    in_flight.pop_front();
+    int32_t t[Model::kDecodeRunMax];
+    model_.take_run_tokens(r.ticket, r.n, t);
+    ready.insert(ready.end(), t, t + r.n);
+  };
   auto ts = std::chrono::steady_clock::now();
-  if (ahead && runs(1, n_past())) {
-    model_.decode(tok, n_past());
-    ticket = model_.queue_argmax();
-    queued = true;
+  if (ahead) {
+    queue_run();
+    queue_run();
   }
   for (;;) {
     res.tokens.push_back(tok);
@@ -90,21 +122,20 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
     }
     if (n_past() >= n_ctx) {
       res.stop = StopReason::ContextFull;
-      if (queued) model_.take_argmax(ticket);
+      while (!in_flight.empty()) take_run();
       return res;
     }
-    if (ahead && queued) {
-      // tok's step is queued: queue the one after it, then wait for tok's successor.
+    if (ahead) {
+      // tok's step is queued (or done): take its successor, queuing another run before waiting.
       history_.push_back(tok);
-      const bool next = runs(res.tokens.size() + 1, n_past());
-      uint64_t next_ticket = 0;
-      if (next) {
-        model_.decode_next(n_past());
-        next_ticket = model_.queue_argmax();
+      if (ready.empty()) {
+        if (in_flight.empty()) queue_run();
+        if (in_flight.empty()) throw ModelError("generate: no decode step is queued for the next token");
+        queue_run();
+        take_run();
       }
-      tok = model_.take_argmax(ticket);
-      ticket = next_ticket;
-      queued = next;
+      tok = ready.front();
+      ready.pop_front();
     } else {
       model_.decode(tok, n_past());
       history_.push_back(tok);
@@ -113,7 +144,7 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
     res.token_ms.push_back(ms_since(ts));
     ts = std::chrono::steady_clock::now();
   }
-  if (queued) model_.take_argmax(ticket);  // the step ahead ran for nothing; its ticket is closed
+  while (!in_flight.empty()) take_run();  // runs ahead of the stop: their tickets are closed
   pending_ = tok;
   return res;
 }

@@ -294,7 +294,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   m->tokens_ = be.alloc(B * sizeof(int32_t));
   m->pos_ = be.alloc(B * sizeof(int32_t));
   m->logits_ = be.alloc(size_t(c.n_vocab) * sizeof(float));
-  m->step_ = be.alloc(3 * sizeof(int32_t));
+  m->step_ = be.alloc((2 + kDecodeRunMax) * sizeof(int32_t));
   be.synchronize();
   return m;
 }
@@ -456,44 +456,66 @@ void Model::decode(int32_t token, int pos) {
   check_position(pos);
   const int32_t step[3] = {pos, pos + 1, token};
   be_.upload(step_.data(), step, sizeof(step));
-  run_decode_step(pos);
+  run_decode_steps(pos, 1);
 }
 
-void Model::decode_next(int pos) {
+void Model::decode_next(int pos) { decode_run(pos, 1); }
+
+void Model::decode_run(int pos, int n) {
   if (!argmax_ready_) throw ModelError("decode_next: no step has computed a token to continue from");
+  if (n < 1 || n > kDecodeRunMax) {
+    throw ModelError("decode_run: " + std::to_string(n) + " steps (1.." + std::to_string(kDecodeRunMax) + ")");
+  }
   check_position(pos);
+  check_position(pos + n - 1);
   if (pos != next_step_pos_) {
     const int32_t step[2] = {pos, pos + 1};
     be_.upload(step_.data(), step, sizeof(step));  // the token slot keeps the last step's argmax
   }
-  run_decode_step(pos);
+  run_decode_steps(pos, n);
 }
 
-// One decode step at pos on the scalars in step_: [pos, n_kv, token]. The lm_head's argmax replaces
-// the token and advances pos and n_kv, so the next step can start from them without the host
-// (decode_next).
-void Model::run_decode_step(int pos) {
+// n decode steps at pos .. pos + n - 1 on the scalars in step_ (see there). Each lm_head's argmax
+// writes the next step's token and advances pos and n_kv, so the steps, and the next run, start
+// from them without the host. One captured unit per n.
+void Model::run_decode_steps(int pos, int n) {
   ScopedRange range(be_, "decode");
   int32_t* s = step_.as<int32_t>();
-  be_.run_step(/*key=*/0, [&] {
-    EmbeddingDesc e;
-    e.table = embd_ ? embd_.get() : lm_head_.get();
-    e.ids = s + 2;
-    e.out = x_.as<float>();
-    be_.embedding(e);
-    run_layers(1, s, s + 1, 0, /*decode=*/true);
-    MatmulDesc h;
-    h.w = lm_head_.get();
-    h.norm_x = x_.as<float>();
-    h.norm_weight = output_norm_.as<float>();
-    h.norm_eps = cfg_.rms_eps;
-    h.y = logits_.as<float>();
-    h.argmax = s + 2;
-    h.argmax_advance = s;
-    be_.matmul_m1(h);
+  int32_t* t = s + 2;
+  be_.run_step(/*key=*/n, /*steps=*/n, [&] {
+    for (int j = 0; j < n; ++j) {
+      EmbeddingDesc e;
+      e.table = embd_ ? embd_.get() : lm_head_.get();
+      e.ids = t + j;
+      e.out = x_.as<float>();
+      be_.embedding(e);
+      run_layers(1, s, s + 1, 0, /*decode=*/true);
+      MatmulDesc h;
+      h.w = lm_head_.get();
+      h.norm_x = x_.as<float>();
+      h.norm_weight = output_norm_.as<float>();
+      h.norm_eps = cfg_.rms_eps;
+      h.y = logits_.as<float>();
+      h.argmax = t + (j + 1) % n;
+      h.argmax_advance = s;
+      be_.matmul_m1(h);
+    }
   });
   argmax_ready_ = true;
-  next_step_pos_ = pos + 1;
+  next_step_pos_ = pos + n;
+}
+
+uint64_t Model::queue_run_tokens(int n) {
+  if (!argmax_ready_) throw ModelError("queue_run_tokens: no step has computed logits");
+  if (n < 1 || n > kDecodeRunMax) throw ModelError("queue_run_tokens: " + std::to_string(n) + " tokens");
+  return be_.queue_download(step_.as<int32_t>() + 2, size_t(n) * sizeof(int32_t));
+}
+
+void Model::take_run_tokens(uint64_t ticket, int n, int32_t* out) {
+  int32_t t[kDecodeRunMax];
+  be_.collect_download(ticket, t);
+  // Step j's argmax is in t(j + 1), the last step's in t0.
+  for (int j = 0; j < n; ++j) out[j] = t[(j + 1) % n];
 }
 
 void Model::download_logits(float* dst) {

@@ -112,6 +112,15 @@ class Model {
   uint64_t queue_argmax();
   int32_t take_argmax(uint64_t ticket);
 
+  // The same for n steps at once (1 <= n <= kDecodeRunMax, pos + n <= n_ctx): steps at pos ..
+  // pos + n - 1, each fed the previous one's argmax, queued as one unit (one CUDA graph), so the
+  // device goes from step to step without the host. queue_run_tokens(n) queues the download of the
+  // last run's n argmaxes and take_run_tokens writes them to out, in order.
+  static constexpr int kDecodeRunMax = 8;
+  void decode_run(int pos, int n);
+  uint64_t queue_run_tokens(int n);
+  void take_run_tokens(uint64_t ticket, int n, int32_t* out);
+
   // Per decode step: bytes of weights streamed (every matrix once + lm_head) and the KV bytes read
   // at context length n_kv.
   size_t decode_weight_bytes() const;
@@ -128,7 +137,7 @@ class Model {
   struct Layer;
   Model(Backend& be, ModelConfig cfg);
   void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode);
-  void run_decode_step(int pos);
+  void run_decode_steps(int pos, int n);
   void check_position(int pos) const;
 
   Backend& be_;
@@ -150,7 +159,10 @@ class Model {
   Buffer tokens_;     // (max_batch) i32
   Buffer pos_;        // (max_batch) i32
   Buffer logits_;     // (n_vocab) f32
-  Buffer step_;       // i32 [pos, n_kv, token]: a decode step's scalars; the lm_head's argmax lands on token
+  // i32 [pos, n_kv, t0 .. t(kDecodeRunMax - 1)]: the decode steps' scalars. Step j of a run of n
+  // reads its token from t(j) and writes its argmax to t(j + 1), the last one to t0, which is where
+  // a single step reads and writes it.
+  Buffer step_;
   bool argmax_ready_ = false;  // a step has written its argmax to step_
   // The position step_ will hold for the next decode step, or -1: a decode step's argmax advances
   // [pos, n_kv] by one on the device, so a step that continues from the last one uploads nothing.

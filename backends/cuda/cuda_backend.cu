@@ -4,6 +4,7 @@
 
 #include <nvtx3/nvToolsExt.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <cstring>
@@ -257,16 +258,17 @@ int CudaBackend::resident_blocks(const void* kernel, int threads, size_t smem) {
 
 // ---- steps ---------------------------------------------------------------------------------------
 
-void CudaBackend::run_step(int key, const std::function<void()>& body) {
+void CudaBackend::run_step(int key, int steps, const std::function<void()>& body) {
   const int64_t before = launches_;
+  steps = std::max(steps, 1);
   if (!capture_on_ || capture_failed_) {
     body();
-    launches_per_step_ = int(launches_ - before);
+    launches_per_step_ = int(launches_ - before) / steps;
     return;
   }
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
-    launches_per_step_ = it->second.launches;
+    launches_per_step_ = it->second.launches / steps;
     return;
   }
 
@@ -305,7 +307,7 @@ void CudaBackend::run_step(int key, const std::function<void()>& body) {
     // A real error in body() shows again here and propagates; otherwise recording was the problem.
     const int64_t direct = launches_;
     body();
-    launches_per_step_ = int(launches_ - direct);
+    launches_per_step_ = int(launches_ - direct) / steps;
     std::fprintf(stderr, "tiny-llm: CUDA graph capture failed (%s); running decode steps without graphs\n",
                  failure.c_str());
     capture_failed_ = true;
@@ -313,7 +315,7 @@ void CudaBackend::run_step(int key, const std::function<void()>& body) {
   }
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   steps_.emplace(key, Step{std::move(exec), launches});
-  launches_per_step_ = launches;
+  launches_per_step_ = launches / steps;
 }
 
 void CudaBackend::reset_steps() {

@@ -88,7 +88,7 @@ class CudaBackend final : public Backend {
   void embedding(const EmbeddingDesc& d) override;
   void argmax(const ArgmaxDesc& d) override;
 
-  void run_step(int key, const std::function<void()>& body) override;
+  void run_step(int key, int steps, const std::function<void()>& body) override;
   void reset_steps() override;
   void set_step_capture(bool on) override { capture_on_ = on; }
 

@@ -359,7 +359,7 @@ TEST_P(DecodeStepTest, FusedInRunStep) {
   be().reset_steps();
   for (int s = 0; s < kSteps; ++s) {
     set_position(s);
-    be().run_step(1, [&] { step_fused(token.as<int32_t>(), logits.as<float>(), token.as<int32_t>()); });
+    be().run_step(1, 1, [&] { step_fused(token.as<int32_t>(), logits.as<float>(), token.as<int32_t>()); });
     const std::vector<float> l = download<float>(logits);
     all_logits.insert(all_logits.end(), l.begin(), l.end());
     tokens.push_back(download<int32_t>(token)[0]);
