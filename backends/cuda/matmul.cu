@@ -889,6 +889,18 @@ __device__ __forceinline__ void small_out_write(const SmallArgs& a, int tile, in
   }
 }
 
+// The prologue's 1 / rms of row r from the partial sums of squares of its kTPR consecutive threads
+// (seg 0 .. kTPR - 1), into inv_rms[r] (0 past m). Block-wide: ends with a barrier.
+template <int kRows, int kTPR>
+__device__ __forceinline__ void small_finish_rms(const SmallArgs& a, double ss, int r, int seg, float* inv_rms) {
+  if (r < kRows) {  // whole warps
+#pragma unroll
+    for (int o = kTPR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
+  }
+  __syncthreads();
+}
+
 // Stages the block's windows of x, or of the rmsnorm prologue's fp16 rows, in shared memory as
 // xs[window][row][32 values] (rows m .. 8·kNT - 1 and values past k are zero). Block-wide.
 //
@@ -964,12 +976,7 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
         ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
       }
     }
-    if (r < kRows) {  // whole warps
-#pragma unroll
-      for (int o = kTPR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-      if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
-    }
-    __syncthreads();
+    small_finish_rms<kRows, kTPR>(a, ss, r, seg, inv_rms);
     const float inv = inv_rms[row];
     const float* xr = raw + row * stride;
     int kk = kk0;
@@ -1006,12 +1013,7 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
       for (int e = seg; e < a.k; e += kTPR) ss += double(xr[e]) * xr[e];
     }
   }
-  if (r < kRows) {  // whole warps
-#pragma unroll
-    for (int o = kTPR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
-  }
-  __syncthreads();
+  small_finish_rms<kRows, kTPR>(a, ss, r, seg, inv_rms);
   const float inv = inv_rms[row];
   const float* xr = a.norm_x + int64_t(row_ok ? row : 0) * a.k;
   if (a.norm_vec) {
