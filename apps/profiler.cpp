@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <deque>
 #include <fstream>
 #include <map>
 #include <numeric>
 #include <nlohmann/json.hpp>
+
+#include "model/generator.h"
 
 namespace tllm {
 
@@ -85,27 +86,11 @@ struct Traced {
   double host_us = 0;  // wall time of the traced section
 };
 
-// `steps` greedy decode steps from token `first` at pos0, as Session::generate runs them: the first
-// step alone, then runs of up to Model::kDecodeRunMax steps (single steps where the backend does not
-// record steps), each queued before the host reads the tokens of the one before.
+// `steps` greedy decode steps from token `first` at pos0, as Session::generate runs them.
 void decode_runs(Model& m, int32_t first, int pos0, int steps) {
-  const int run_max = m.backend().supports(Op::StepCapture) ? Model::kDecodeRunMax : 1;
-  std::deque<std::pair<uint64_t, int>> in_flight;
-  int32_t tokens[Model::kDecodeRunMax];
-  m.decode(first, pos0);
-  in_flight.emplace_back(m.queue_run_tokens(1), 1);
-  for (int done = 1; done < steps || !in_flight.empty();) {
-    if (done < steps) {
-      const int n = std::min(run_max, steps - done);
-      m.decode_run(pos0 + done, n);
-      in_flight.emplace_back(m.queue_run_tokens(n), n);
-      done += n;
-    }
-    if (in_flight.size() > 1 || done >= steps) {
-      m.take_run_tokens(in_flight.front().first, in_flight.front().second, tokens);
-      in_flight.pop_front();
-    }
-  }
+  GreedyRuns runs(m, first, pos0, steps);
+  for (int i = 0; i < steps; ++i) runs.next();
+  runs.close();
 }
 
 Traced trace_decode(Model& m, int32_t first, int pos0, int steps) {

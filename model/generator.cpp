@@ -1,7 +1,7 @@
 #include "model/generator.h"
 
 #include <algorithm>
-#include <deque>
+#include <optional>
 
 namespace tllm {
 
@@ -20,6 +20,57 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 }  // namespace
+
+GreedyRuns::GreedyRuns(Model& model, int32_t first, int pos, int steps)
+    : model_(model),
+      first_(first),
+      run_max_(model.backend().supports(Op::StepCapture) ? Model::kDecodeRunMax : 1),
+      limit_(steps),
+      next_pos_(pos) {
+  queue();
+  queue();
+}
+
+void GreedyRuns::queue() {
+  const int n = std::min(run_max_, limit_ - launched_);
+  if (n <= 0) return;
+  if (launched_ == 0) {
+    model_.decode(first_, next_pos_);  // the first step takes its token from the host
+    in_flight_.push_back({model_.queue_run_tokens(1), 1});
+    launched_ = 1;
+    next_pos_ += 1;
+    return;
+  }
+  model_.decode_run(next_pos_, n);
+  in_flight_.push_back({model_.queue_run_tokens(n), n});
+  launched_ += n;
+  next_pos_ += n;
+}
+
+void GreedyRuns::take() {
+  const Run r = in_flight_.front();
+  in_flight_.pop_front();
+  int32_t t[Model::kDecodeRunMax];
+  model_.take_run_tokens(r.ticket, r.n, t);
+  ready_.insert(ready_.end(), t, t + r.n);
+}
+
+int32_t GreedyRuns::next() {
+  if (ready_.empty()) {
+    if (in_flight_.empty()) queue();
+    if (in_flight_.empty()) throw ModelError("greedy decoding: no step is queued for the next token");
+    queue();  // keeps the device busy while the host waits
+    take();
+  }
+  const int32_t t = ready_.front();
+  ready_.pop_front();
+  return t;
+}
+
+void GreedyRuns::close() {
+  while (!in_flight_.empty()) take();
+  ready_.clear();
+}
 
 Session::Session(Model& model, const SamplerParams& sp, std::function<bool(int32_t)> is_end)
     : model_(model), sampler_(sp), is_end_(std::move(is_end)) {}
@@ -60,52 +111,14 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
   if (opt.max_tokens <= 0) return res;
   int32_t tok = pick();
   res.ttft_ms = ms_since(t0);
-  // Plain greedy decoding runs ahead of the host: the device feeds each step's argmax to the next
-  // (Model::decode_run), so steps are queued in runs of up to run_max before the host has
-  // read their tokens, and the host keeps the next run queued while it reads one, so the device
-  // never waits for the host. A step is run only for a token another token can follow (the g-th
-  // generated token, g < max_tokens, at a position inside the context). When generation stops
-  // early (an end token, a callback), the steps that ran ahead leave the session as if they had not:
-  // their cache rows lie past n_past() and are rewritten by the next call.
-  const bool ahead = sampler_.params().is_plain_greedy();
-  // Runs pay off where a backend replays recorded steps; elsewhere a token reaches the host as
-  // soon as its step is done (CPU chat streams token by token).
-  const int run_max = model_.backend().supports(Op::StepCapture) ? Model::kDecodeRunMax : 1;
-  struct Run {
-    uint64_t ticket;
-    int n;
-  };
-  std::deque<Run> in_flight;     // ahead: queued runs, oldest first
-  std::deque<int32_t> ready;     // ahead: tokens downloaded and not yet taken, in order
-  int launched = 0;              // ahead: steps queued so far (step g runs generated token g)
-  int next_pos = n_past();       // ahead: position of the next step to queue
-  auto queue_run = [&] {
-    const int n = std::min({run_max, opt.max_tokens - 1 - launched, n_ctx - next_pos});
-    if (n <= 0) return;
-    if (launched == 0) {
-      model_.decode(tok, next_pos);  // the first step takes tok from the host
-      in_flight.push_back({model_.queue_run_tokens(1), 1});
-      launched = 1;
-      next_pos += 1;
-      return;
-    }
-    model_.decode_run(next_pos, n);
-    in_flight.push_back({model_.queue_run_tokens(n), n});
-    launched += n;
-    next_pos += n;
-  };
-  auto take_run = [&] {
-    const Run r = in_flight.front();
-    in_flight.pop_front();
-    int32_t t[Model::kDecodeRunMax];
-    model_.take_run_tokens(r.ticket, r.n, t);
-    ready.insert(ready.end(), t, t + r.n);
-  };
-  auto ts = std::chrono::steady_clock::now();
-  if (ahead) {
-    queue_run();
-    queue_run();
+  // Plain greedy decoding runs ahead of the host (GreedyRuns). A step is run only for a token
+  // another token can follow (the g-th generated token, g < max_tokens, at a position inside the
+  // context).
+  std::optional<GreedyRuns> runs;
+  if (sampler_.params().is_plain_greedy()) {
+    runs.emplace(model_, tok, n_past(), std::min(opt.max_tokens - 1, n_ctx - n_past()));
   }
+  auto ts = std::chrono::steady_clock::now();
   for (;;) {
     res.tokens.push_back(tok);
     if (on_token && !on_token(tok)) {
@@ -122,20 +135,12 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
     }
     if (n_past() >= n_ctx) {
       res.stop = StopReason::ContextFull;
-      while (!in_flight.empty()) take_run();
+      if (runs) runs->close();
       return res;
     }
-    if (ahead) {
-      // tok's step is queued (or done): take its successor, queuing another run before waiting.
+    if (runs) {
       history_.push_back(tok);
-      if (ready.empty()) {
-        if (in_flight.empty()) queue_run();
-        if (in_flight.empty()) throw ModelError("generate: no decode step is queued for the next token");
-        queue_run();
-        take_run();
-      }
-      tok = ready.front();
-      ready.pop_front();
+      tok = runs->next();
     } else {
       model_.decode(tok, n_past());
       history_.push_back(tok);
@@ -144,7 +149,7 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
     res.token_ms.push_back(ms_since(ts));
     ts = std::chrono::steady_clock::now();
   }
-  while (!in_flight.empty()) take_run();  // runs ahead of the stop: their tickets are closed
+  if (runs) runs->close();
   pending_ = tok;
   return res;
 }

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <string>
 #include <vector>
@@ -32,6 +33,40 @@ struct GenerationResult {
 struct GenerateOptions {
   int max_tokens = 128;
   bool stop_at_end_token = true;  // benchmarks turn this off to always generate max_tokens
+};
+
+// Greedy decode steps run ahead of the host, as Session::generate and the profiler run them: the
+// first step takes `first` from the host at `pos`, the following ones take the previous step's
+// argmax on the device (Model::decode_run), in runs of up to Model::kDecodeRunMax where the backend
+// records steps (single steps elsewhere, so that tokens reach the host one by one). The next run is
+// queued before the host waits for one, so the device never waits for the host. At most `steps`
+// steps are run.
+class GreedyRuns {
+ public:
+  GreedyRuns(Model& model, int32_t first, int pos, int steps);
+  // The token that follows the last one returned (`first` on the first call). Throws ModelError
+  // when it would take more than `steps` steps.
+  int32_t next();
+  // Waits for the runs still queued and drops their tokens (the steps ran ahead of a stop; their
+  // cache rows lie past the session's position and are rewritten later).
+  void close();
+
+ private:
+  struct Run {
+    uint64_t ticket;
+    int n;
+  };
+  void queue();
+  void take();
+
+  Model& model_;
+  int32_t first_;
+  int run_max_;
+  int limit_;               // steps that may be run
+  int launched_ = 0;        // steps queued so far
+  int next_pos_;            // position of the next step to queue
+  std::deque<Run> in_flight_;  // queued runs, oldest first
+  std::deque<int32_t> ready_;  // tokens downloaded and not yet returned, in order
 };
 
 class Session {

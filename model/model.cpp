@@ -459,10 +459,8 @@ void Model::decode(int32_t token, int pos) {
   run_decode_steps(pos, 1);
 }
 
-void Model::decode_next(int pos) { decode_run(pos, 1); }
-
 void Model::decode_run(int pos, int n) {
-  if (!argmax_ready_) throw ModelError("decode_next: no step has computed a token to continue from");
+  if (!argmax_ready_) throw ModelError("decode_run: no step has computed a token to continue from");
   if (n < 1 || n > kDecodeRunMax) {
     throw ModelError("decode_run: " + std::to_string(n) + " steps (1.." + std::to_string(kDecodeRunMax) + ")");
   }
@@ -528,16 +526,6 @@ int32_t Model::argmax() {
   return id;
 }
 
-uint64_t Model::queue_argmax() {
-  if (!argmax_ready_) throw ModelError("queue_argmax: no step has computed logits");
-  return be_.queue_download(step_.as<int32_t>() + 2, sizeof(int32_t));
-}
-
-int32_t Model::take_argmax(uint64_t ticket) {
-  int32_t id = -1;
-  be_.collect_download(ticket, &id);
-  return id;
-}
 
 size_t Model::decode_weight_bytes() const {
   size_t b = lm_head_->stream_bytes();

@@ -103,19 +103,15 @@ class Model {
   // greedy decoding downloads one token id, not the logits.
   int32_t argmax();
 
-  // Greedy decoding without waiting for the host between steps. decode_next(pos) queues the step at
-  // `pos` whose token is the argmax of the step before it (prefill, decode or decode_next), which
-  // only the device knows yet; queue_argmax() queues the download of the latest step's argmax and
-  // take_argmax(ticket) waits for it. So step n+1 can be queued before the host reads token n.
-  // decode_next right after a step at pos - 1 uploads nothing: that step advanced the position.
-  void decode_next(int pos);
-  uint64_t queue_argmax();
-  int32_t take_argmax(uint64_t ticket);
-
-  // The same for n steps at once (1 <= n <= kDecodeRunMax, pos + n <= n_ctx): steps at pos ..
-  // pos + n - 1, each fed the previous one's argmax, queued as one unit (one CUDA graph), so the
-  // device goes from step to step without the host. queue_run_tokens(n) queues the download of the
-  // last run's n argmaxes and take_run_tokens writes them to out, in order.
+  // Greedy decoding without waiting for the host between steps (GreedyRuns drives it).
+  // decode_run(pos, n) queues n steps at pos .. pos + n - 1 (1 <= n <= kDecodeRunMax, inside the
+  // context) as one unit (one CUDA graph per n): the first takes the argmax of the step before it
+  // (prefill, decode or decode_run), which only the device knows yet, and each next one the argmax
+  // of the one before, so the device goes from step to step without the host. A run right after a
+  // step at pos - 1 uploads nothing: that step advanced the position. queue_run_tokens(n) queues
+  // the download of the last run's n argmaxes and take_run_tokens(ticket, n, out) waits for it and
+  // writes them to out, in order. So a run can be queued before the host reads the tokens of the
+  // one before.
   static constexpr int kDecodeRunMax = 8;
   void decode_run(int pos, int n);
   uint64_t queue_run_tokens(int n);

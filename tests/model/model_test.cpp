@@ -155,9 +155,23 @@ TEST_P(ModelTest, GreedyIsDeterministicAndDecodeAllocatesNothing) {
   EXPECT_EQ(before.peak_bytes, after.peak_bytes);
 }
 
-// Greedy generation runs each step ahead of the host (Model::decode_next); its tokens must be those
-// of the plain loop prefill -> argmax -> decode -> argmax ..., including when a callback stops it
-// (the step run ahead for the pending token is rewritten by the next call) and the conversation
+// Greedy tokens of the plain loop: prefill `prompt` at pos0, then argmax -> decode -> argmax ...
+// until `count` tokens.
+std::vector<int32_t> plain_greedy(Model& m, const std::vector<int32_t>& prompt, int pos0, size_t count) {
+  std::vector<int32_t> out;
+  m.prefill(prompt.data(), int(prompt.size()), pos0);
+  out.push_back(m.argmax());
+  int pos = pos0 + int(prompt.size());
+  while (out.size() < count) {
+    m.decode(out.back(), pos++);
+    out.push_back(m.argmax());
+  }
+  return out;
+}
+
+// Greedy generation runs steps ahead of the host (GreedyRuns, Model::decode_run); its tokens must be
+// those of the plain loop prefill -> argmax -> decode -> argmax ..., including when a callback stops
+// it (the steps run ahead of the pending token are rewritten by the next call) and the conversation
 // continues with a second prompt.
 TEST_P(ModelTest, GreedyRunAheadMatchesStepByStep) {
   Loaded l = load(synth_file(arch()), backend());
@@ -165,23 +179,10 @@ TEST_P(ModelTest, GreedyRunAheadMatchesStepByStep) {
   const auto toks = test_prompt(8, m.config().n_vocab);
   const std::vector<int32_t> extra = {5, 6, 7};
   // Plain loop: the first 5 tokens, then [5th token] + extra prefilled where the 5th would go.
-  std::vector<int32_t> want1, want2;
-  m.prefill(toks.data(), int(toks.size()), 0);
-  want1.push_back(m.argmax());
-  int pos = int(toks.size());
-  while (want1.size() < 5) {
-    m.decode(want1.back(), pos++);
-    want1.push_back(m.argmax());
-  }
+  const std::vector<int32_t> want1 = plain_greedy(m, toks, 0, 5);
   std::vector<int32_t> second = {want1.back()};
   second.insert(second.end(), extra.begin(), extra.end());
-  m.prefill(second.data(), int(second.size()), pos);
-  pos += int(second.size());
-  want2.push_back(m.argmax());
-  while (want2.size() < 10) {
-    m.decode(want2.back(), pos++);
-    want2.push_back(m.argmax());
-  }
+  const std::vector<int32_t> want2 = plain_greedy(m, second, int(toks.size()) + 4, 10);
 
   Session s(m, SamplerParams{}, {});
   GenerateOptions g;
@@ -205,18 +206,11 @@ TEST_P(ModelTest, DecodeRunsMatchSingleSteps) {
   Loaded l = load(synth_file(arch()), backend());
   Model& m = *l.model;
   const auto toks = test_prompt(6, m.config().n_vocab);
-  std::vector<int32_t> want;
-  m.prefill(toks.data(), int(toks.size()), 0);
-  want.push_back(m.argmax());
-  int pos = int(toks.size());
-  while (want.size() < 22) {
-    m.decode(want.back(), pos++);
-    want.push_back(m.argmax());
-  }
+  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 22);
 
   m.prefill(toks.data(), int(toks.size()), 0);
   std::vector<int32_t> got = {m.argmax()};
-  pos = int(toks.size());
+  int pos = int(toks.size());
   m.decode(got.back(), pos++);
   got.push_back(m.argmax());
   for (int n : {Model::kDecodeRunMax, 3, Model::kDecodeRunMax, 1}) {
@@ -247,13 +241,7 @@ TEST_P(ModelTest, GreedyRunsMatchStepByStepToTheContextEnd) {
   Loaded l = load(synth_file(arch()), backend(), /*n_ctx=*/40, 8);
   Model& m = *l.model;
   const auto toks = test_prompt(7, m.config().n_vocab);
-  std::vector<int32_t> want;
-  m.prefill(toks.data(), int(toks.size()), 0);
-  want.push_back(m.argmax());
-  for (int pos = int(toks.size()); pos < m.n_ctx(); ++pos) {
-    m.decode(want.back(), pos);
-    want.push_back(m.argmax());
-  }
+  const std::vector<int32_t> want = plain_greedy(m, toks, 0, size_t(m.n_ctx()) - toks.size() + 1);  // to the last row
   Session s(m, SamplerParams{}, {});
   GenerateOptions g;
   g.max_tokens = 1000;
