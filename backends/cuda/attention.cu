@@ -214,6 +214,19 @@ struct DecodeRegs {
   uint32_t v[kSteps][4][kHd / 16];
 };
 
+// Fills the kWords words of one row's fragment from src in 16-byte loads, or with zeros when !ok.
+template <int kWords>
+__device__ __forceinline__ void load_row_words(uint32_t (&dst)[kWords], const __half* src, bool ok) {
+#pragma unroll
+  for (int u = 0; u < kWords / 4; ++u) {
+    const uint4 x = ok ? load_ro16(src + 8 * u) : make_uint4(0u, 0u, 0u, 0u);
+    dst[4 * u] = x.x;
+    dst[4 * u + 1] = x.y;
+    dst[4 * u + 2] = x.z;
+    dst[4 * u + 3] = x.w;
+  }
+}
+
 // Loads the warp's steps of the chunk at row c; rows at or past `limit` are not read (zeros).
 template <int kHd>
 __device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_head, const __half* v_head, int c,
@@ -224,28 +237,12 @@ __device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_h
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int row = r0 + g + 8 * j;
-      const __half* src = k_head + int64_t(row) * kHd + kHd / 4 * t;
-#pragma unroll
-      for (int u = 0; u < kHd / 32; ++u) {
-        const uint4 x = row < limit ? load_ro16(src + 8 * u) : make_uint4(0u, 0u, 0u, 0u);
-        r.k[i][j][4 * u] = x.x;
-        r.k[i][j][4 * u + 1] = x.y;
-        r.k[i][j][4 * u + 2] = x.z;
-        r.k[i][j][4 * u + 3] = x.w;
-      }
+      load_row_words(r.k[i][j], k_head + int64_t(row) * kHd + kHd / 4 * t, row < limit);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int row = r0 + 2 * t + (j & 1) + 8 * (j >> 1);
-      const __half* src = v_head + int64_t(row) * kHd + kHd / 8 * g;
-#pragma unroll
-      for (int u = 0; u < kHd / 64; ++u) {
-        const uint4 x = row < limit ? load_ro16(src + 8 * u) : make_uint4(0u, 0u, 0u, 0u);
-        r.v[i][j][4 * u] = x.x;
-        r.v[i][j][4 * u + 1] = x.y;
-        r.v[i][j][4 * u + 2] = x.z;
-        r.v[i][j][4 * u + 3] = x.w;
-      }
+      load_row_words(r.v[i][j], v_head + int64_t(row) * kHd + kHd / 8 * g, row < limit);
     }
   }
 }
