@@ -65,6 +65,12 @@
 //                    block of a row block to arrive adds them up in split order, so the result does
 //                    not depend on timing. At m = 30 on an H200 (132 SMs): qkv_proj 36 blocks,
 //                    attn_out 28, ffn_gate_up 102, ffn_down 140, all resident at once.
+//                    The QKV projection's rope epilogue (rotation, KV append) runs in the kernel
+//                    when k is not split and each rotation pair falls into one block: Neox pairs
+//                    (j, j + head_dim/2) are 2 tiles apart at head_dim 64, so the launch takes a
+//                    head's tiles in the order that puts a tile and its partner in one block (see
+//                    small_tile). The tiles' sums go through shared memory; each thread then turns
+//                    one pair of columns row by row, its frequency worked out before the wait.
 //
 // Longer prompts (m > 64) are bound by arithmetic:
 //   matmul_prefill   64x64 output tiles, 4 warps of 32x32, mma.sync m16n8k16 (fp16 in, fp32 out),
@@ -93,6 +99,52 @@ constexpr int kRopePairs = kGemvWarps / 2;  // rope epilogue: a block's warps ho
 constexpr int kNormUnits = 2;  // prologue: 4-value units per thread held in registers (k <= 2048)
 constexpr int kStageBatch = 8;  // x staging: 4-value units per thread loaded before any is stored
 
+// The rope epilogue (MatmulEpilogue::QkvRopeAppend) of the decode and short-prompt kernels: each
+// row of y is a packed qkv row, (n_head + 2·n_head_kv) heads of head_dim.
+struct RopeAppendArgs {
+  const int32_t* pos = nullptr;    // (m) positions; null: no rope epilogue
+  __half* k_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
+  __half* v_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
+  float theta = 0;
+  bool neox = false;
+};
+
+RopeAppendArgs rope_append_args(const QkvRopeAppendDesc& r) {
+  RopeAppendArgs a;
+  a.pos = r.pos;
+  a.k_cache = reinterpret_cast<__half*>(r.k_cache);
+  a.v_cache = reinterpret_cast<__half*>(r.v_cache);
+  a.n_head = r.n_head;
+  a.n_head_kv = r.n_head_kv;
+  a.head_dim = r.head_dim;
+  a.n_ctx = r.n_ctx;
+  a.theta = r.theta;
+  a.neox = r.mode == RopeMode::Neox;
+  return a;
+}
+
+// Finishes rotation pair (d0, d1) of head `head` of the qkv row y_row at position pos: q and k
+// heads are turned by the angle pos · freq (fp64, as in the rope kernel), v heads pass through; y
+// gets both values, and k and v heads go to their cache row as fp16.
+__device__ __forceinline__ void rope_append_pair(const RopeAppendArgs& r, float* y_row, int head, int d0, int d1,
+                                                 float v0, float v1, double freq, int pos) {
+  const int64_t at = int64_t(head) * r.head_dim;
+  if (head < r.n_head + r.n_head_kv) {
+    double sn, cs;
+    sincos(double(pos) * freq, &sn, &cs);
+    rope_turn(v0, v1, cs, sn, v0, v1);
+  }
+  y_row[at + d0] = v0;
+  y_row[at + d1] = v1;
+  if (head < r.n_head || pos < 0 || pos >= r.n_ctx) return;
+  const bool is_k = head < r.n_head + r.n_head_kv;
+  const int kv_head = head - r.n_head - (is_k ? 0 : r.n_head_kv);
+  __half* dst = (is_k ? r.k_cache : r.v_cache) + (int64_t(kv_head) * r.n_ctx + pos) * r.head_dim;
+  dst[d0] = __float2half_rn(v0);
+  dst[d1] = __float2half_rn(v1);
+}
+
 struct GemvArgs {
   const int8_t* q = nullptr;       // W8: (n, k)
   const __half* scales = nullptr;  // W8: (n, k / 32)
@@ -111,13 +163,7 @@ struct GemvArgs {
   float* y = nullptr;              // (n)
   __half* out16 = nullptr;         // SwiGLU: (n / 2)
   bool accumulate = false;
-  // Rope epilogue: y is a packed qkv row, (n_head + 2·n_head_kv) heads of head_dim.
-  const int32_t* pos = nullptr;    // scalar
-  __half* k_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
-  __half* v_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
-  int n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
-  float theta = 0;
-  bool neox = false;
+  RopeAppendArgs rope;             // rope epilogue: pos is a scalar
   int32_t* argmax = nullptr;       // scalar, or null: no argmax epilogue
   ArgmaxWorkspace argmax_ws;
   int32_t* argmax_advance = nullptr;  // (2) or null: see ArgmaxDesc
@@ -378,9 +424,9 @@ __device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const flo
 // rope_row(p, 1) of a head: (j, j + head_dim/2) in Neox mode, (2j, 2j + 1) otherwise. A block's warp
 // w computes row rope_row(4·block + w % 4, w / 4), so each pair is finished inside one block.
 __device__ __forceinline__ int rope_row(const GemvArgs& a, int pair, int second) {
-  const int half = a.head_dim >> 1;
+  const int half = a.rope.head_dim >> 1;
   const int head = pair / half, j = pair - head * half;
-  return head * a.head_dim + (a.neox ? j + second * half : 2 * j + second);
+  return head * a.rope.head_dim + (a.rope.neox ? j + second * half : 2 * j + second);
 }
 
 // The block's rotation pairs, one per thread 0..3: rotates q and k pairs (v heads pass through),
@@ -389,21 +435,8 @@ __device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* 
   const int t = threadIdx.x, pair = int(blockIdx.x) * kRopePairs + t;
   if (t >= kRopePairs || pair >= a.rows / 2) return;
   const int row0 = rope_row(a, pair, 0), row1 = rope_row(a, pair, 1);
-  const int head = row0 / a.head_dim;
-  float r0 = vals[t], r1 = vals[t + kRopePairs];
-  if (head < a.n_head + a.n_head_kv) {
-    double sn, cs;
-    sincos(double(pos) * freq, &sn, &cs);
-    rope_turn(r0, r1, cs, sn, r0, r1);
-  }
-  a.y[row0] = r0;
-  a.y[row1] = r1;
-  if (head < a.n_head || pos < 0 || pos >= a.n_ctx) return;
-  const bool is_k = head < a.n_head + a.n_head_kv;
-  const int kv_head = head - a.n_head - (is_k ? 0 : a.n_head_kv);
-  __half* dst = (is_k ? a.k_cache : a.v_cache) + (int64_t(kv_head) * a.n_ctx + pos) * a.head_dim;
-  dst[row0 - head * a.head_dim] = __float2half_rn(r0);
-  dst[row1 - head * a.head_dim] = __float2half_rn(r1);
+  const int head = row0 / a.rope.head_dim, at = head * a.rope.head_dim;
+  rope_append_pair(a.rope, a.y, head, row0 - at, row1 - at, vals[t], vals[t + kRopePairs], freq, pos);
 }
 
 // One block walks its output rows (the grid as stride) in batches of kBatch vectors per lane and
@@ -438,14 +471,14 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   double freq = 0.0;
   if (kRope && threadIdx.x < kRopePairs) {
     const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
-    const int half = a.head_dim >> 1;
-    freq = rope_frequency(pair % half, a.head_dim, a.theta);
+    const int half = a.rope.head_dim >> 1;
+    freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta);
   }
   const bool writer = slice == 0 && lane == 0;
   GemvEpilogueInputs<kRows> epi;
   grid_dependency_wait();
   allow_dependent_launch();
-  const int pos = kRope && threadIdx.x < kRopePairs ? *a.pos : 0;
+  const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
   gemv_epilogue_inputs<kRows>(a, row, writer, epi);  // in flight while x is staged
   stage_x<kW8, kNorm>(a, xs);
   __syncthreads();
@@ -830,6 +863,7 @@ struct SmallArgs {
   bool x_vec = false;              // x rows in 16-byte copies (k % 8 == 0, aligned base)
   bool norm_vec = false;           // norm_x and norm_w in 16-byte loads (k % 8 == 0, aligned bases)
   int raw_offset = 0;              // prologue: bytes from the staged x to its fp32 rows in shared memory, or 0
+  RopeAppendArgs rope;             // rope epilogue (no split k; Neox pairs need head_dim % 32 == 0)
   // Split k (splits > 1): each block's sums, (row blocks, splits, warps / slices tiles, kA, nt,
   // 32 lanes, 4), kA = 2 with SwiGLU, and one arrival counter per row block, zero between launches.
   float* partials = nullptr;
@@ -1086,11 +1120,84 @@ __device__ __forceinline__ void small_a_frag(uint4 r0, uint4 r1, int s, uint32_t
   f[3] = s ? r1.w : r1.y;
 }
 
+// The rope epilogue groups a block's tiles so that each rotation pair lies in one block: Neox pairs
+// (j, j + head_dim/2) of a head are ht = head_dim / 32 tiles apart, so tiles 2i and 2i + 1 of the
+// launch's order are tile i and its partner i + ht of a head's 2·ht tiles; normal pairs (2j, 2j + 1)
+// lie in one tile.
+template <bool kRope>
+__device__ __forceinline__ int small_tile(const SmallArgs& a, int tile) {
+  if (!kRope || !a.rope.neox) return tile;
+  const int ht = a.rope.head_dim >> 5, l = tile % (2 * ht);
+  return tile - l + (l >> 1) + (l & 1) * ht;
+}
+
+// Rotation pair p (0 .. 8·tiles_per_block) of a block's rows: the block tiles t0, t1 and their
+// columns l0, l1 holding its two values (Neox: column l of tiles 2i and 2i + 1; normal: columns 2j
+// and 2j + 1 of one tile), and its first output column c0 (n_out or more: no pair).
+struct SmallRopePair {
+  int t0, t1, l0, l1, c0, c1;
+};
+
+__device__ __forceinline__ SmallRopePair small_rope_pair(const SmallArgs& a, int tiles_per_block, int p) {
+  SmallRopePair q;
+  const bool neox = a.rope.neox;
+  q.t0 = neox ? 2 * (p >> 4) : p >> 3;
+  q.t1 = neox ? q.t0 + 1 : q.t0;
+  q.l0 = neox ? p & 15 : 2 * (p & 7);
+  q.l1 = neox ? q.l0 : q.l0 + 1;
+  q.c0 = 16 * small_tile<true>(a, int(blockIdx.x) * tiles_per_block + q.t0) + q.l0;
+  q.c1 = 16 * small_tile<true>(a, int(blockIdx.x) * tiles_per_block + q.t1) + q.l1;
+  return q;
+}
+
+// The rotation frequency of the block's pair p (see small_rope_pair): needs no memory, so it is
+// worked out before the dependency wait. A thread's pairs all have p = threadIdx.x % pairs.
+__device__ __forceinline__ double small_rope_frequency(const SmallArgs& a, int tiles_per_block) {
+  const SmallRopePair q = small_rope_pair(a, tiles_per_block, int(threadIdx.x) % (tiles_per_block * 8));
+  const int d = q.c0 % a.rope.head_dim;
+  return rope_frequency(a.rope.neox ? d : d >> 1, a.rope.head_dim, a.rope.theta);
+}
+
+// The rope epilogue: slice 0 of each tile leaves its sums (+ bias) in shared memory (vals, aliasing
+// the staged x), then the block's threads take its rotation pairs row by row. Block-wide.
+template <int kNT>
+__device__ void small_rope_write(const SmallArgs& a, const float (&acc)[kNT][4], int slice, int tile_in_block,
+                                 int tiles_per_block, const int* pos, double freq, float* vals) {
+  constexpr int kRows = 8 * kNT;
+  const int lane = threadIdx.x & 31;
+  const RopeAppendArgs& r = a.rope;
+  __syncthreads();  // the slices' partial sums, which vals overwrites, have been read
+  if (slice == 0) {
+    const int tile = small_tile<true>(a, int(blockIdx.x) * tiles_per_block + tile_in_block);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = small_out_col(tile, lane, 2 * h);
+      const float bias = a.bias && col < a.n_out ? a.bias[col] : 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+        for (int e = 2 * h; e < 2 * h + 2; ++e)
+          vals[(tile_in_block * kRows + small_out_row(nt, lane, e)) * 16 + (lane >> 2) + 8 * h] = acc[nt][e] + bias;
+      }
+    }
+  }
+  __syncthreads();
+  const int pairs = tiles_per_block * 8;  // per row of x; blockDim.x is a multiple
+  const SmallRopePair q = small_rope_pair(a, tiles_per_block, int(threadIdx.x) % pairs);
+  if (q.c0 >= a.n_out) return;
+  const int head = q.c0 / r.head_dim, at = head * r.head_dim;
+  for (int row = int(threadIdx.x) / pairs; row < a.m; row += int(blockDim.x) / pairs) {
+    rope_append_pair(r, a.y + int64_t(row) * a.n, head, q.c0 - at, q.c1 - at, vals[(q.t0 * kRows + row) * 16 + q.l0],
+                     vals[(q.t1 * kRows + row) * 16 + q.l1], freq, pos[row]);
+  }
+}
+
 // y (m <= 64 rows) = x · Wᵀ for short prompts; see the top of the file. Warp w of a block takes
 // tile blockIdx.x · (warps / slices) + w / slices (16 output columns: 16 weight rows, or 16 gate and
 // 16 up rows) over windows [first, first + groups), first = (blockIdx.y · slices + w % slices) · groups.
-template <bool kW8, bool kSwiGLU, int kNT>
+template <bool kW8, bool kSwiGLU, int kNT, bool kRope>
 __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
+  static_assert(!(kSwiGLU && kRope), "one epilogue at a time");
   constexpr int kWarps = small_warps(kSwiGLU, kNT), kThreads = 32 * kWarps;
   constexpr int kA = kSwiGLU ? 2 : 1;
   constexpr int kRows = 8 * kNT;  // rows of x staged, m rounded up
@@ -1103,7 +1210,8 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int tiles_per_block = kWarps >> a.slice_bits;
   const int slice = warp & (a.slices - 1), tile_in_block = warp >> a.slice_bits;
-  const int tile = blockIdx.x * tiles_per_block + tile_in_block;
+  const int block_tile = blockIdx.x * tiles_per_block + tile_in_block;
+  const int tile = small_tile<kRope>(a, block_tile);
   const int win_block = int(blockIdx.y) * a.slices * a.groups;  // the block's first window
   const int nw = min(a.windows - win_block, a.slices * a.groups);
   const int win0 = win_block + slice * a.groups;  // the warp's
@@ -1151,12 +1259,16 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
     }
   }
 
+  const double rope_freq = kRope ? small_rope_frequency(a, tiles_per_block) : 0.0;
   grid_dependency_wait();
   allow_dependent_launch();
   small_stage_x<kNT, kThreads>(a, win_block, nw, xs);
   // W8 scales: scale_s[warp][p][i][lane] holds the lane's scale register i of tile p.
   __shared__ uint32_t scale_s[kW8 ? kWarps : 1][kA][SmallWeights<kW8, kA, kMaxW>::kScaleRegs][32];
-  static_assert(sizeof(scale_s) + kRows * sizeof(float) + 16 <= kSmallStaticSmem, "see small_smem_cap");
+  __shared__ int rope_pos[kRope ? kSmallMaxM : 1];  // the rope epilogue's positions
+  static_assert(sizeof(scale_s) + sizeof(rope_pos) + kRows * sizeof(float) + 16 <= kSmallStaticSmem,
+                "see small_smem_cap");
+  if (kRope && int(threadIdx.x) < a.m) rope_pos[threadIdx.x] = a.rope.pos[threadIdx.x];
   if constexpr (kW8) {
 #pragma unroll
     for (int p = 0; p < kA; ++p) {
@@ -1234,6 +1346,11 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   }
 
   if (a.splits == 1) {
+    if constexpr (kRope) {
+      small_rope_write<kNT>(a, acc[0], slice, tile_in_block, tiles_per_block, rope_pos, rope_freq,
+                            reinterpret_cast<float*>(small_smem));
+      return;
+    }
     if (slice != 0) return;
     SmallOutInputs<kA> in[kNT];
 #pragma unroll
@@ -1294,39 +1411,47 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   if (threadIdx.x == 0) a.counters[blockIdx.x] = 0u;  // ready for the next launch
 }
 
-// The kernel, under a second name when it runs the rmsnorm prologue (profiler filters on "rmsnorm"
-// find it).
-template <bool kW8, bool kSwiGLU, int kNT>
-__global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU))
-    matmul_prefill_small(const SmallArgs a) {
-  small_matmul<kW8, kSwiGLU, kNT>(a);
-}
-template <bool kW8, bool kSwiGLU, int kNT>
-__global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU))
-    matmul_prefill_small_rmsnorm(const SmallArgs a) {
-  small_matmul<kW8, kSwiGLU, kNT>(a);
-}
+// The kernel, named after its fusions so that profiler filters on the op stems find them:
+// "rmsnorm" (the prologue), "rope" (the QKV projection's epilogue).
+#define TLLM_SMALL_KERNEL(name, rope)                                                        \
+  template <bool kW8, bool kSwiGLU, int kNT>                                                 \
+  __global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU)) \
+      name(const SmallArgs a) {                                                              \
+    small_matmul<kW8, kSwiGLU, kNT, rope>(a);                                                \
+  }
+TLLM_SMALL_KERNEL(matmul_prefill_small, false)
+TLLM_SMALL_KERNEL(matmul_prefill_small_rmsnorm, false)
+TLLM_SMALL_KERNEL(matmul_prefill_small_rope, true)
+TLLM_SMALL_KERNEL(matmul_prefill_small_rmsnorm_rope, true)
+#undef TLLM_SMALL_KERNEL
 
 using SmallKernel = void (*)(SmallArgs);
 
+// The kernel for an epilogue (SwiGLU, rope or none), the rmsnorm prologue (norm) and 8-row tiles
+// of x (nt); null for SwiGLU with rope.
 template <bool kW8, bool kSwiGLU, int kNT>
-SmallKernel small_kernel_named(bool norm) {
+SmallKernel small_kernel_named(bool norm, bool rope) {
+  if constexpr (kSwiGLU) {
+    if (rope) return nullptr;
+  } else if (rope) {
+    return norm ? matmul_prefill_small_rmsnorm_rope<kW8, false, kNT> : matmul_prefill_small_rope<kW8, false, kNT>;
+  }
   return norm ? matmul_prefill_small_rmsnorm<kW8, kSwiGLU, kNT> : matmul_prefill_small<kW8, kSwiGLU, kNT>;
 }
 
 template <bool kW8, bool kSwiGLU>
-SmallKernel small_kernel_of(int nt, bool norm) {
+SmallKernel small_kernel_of(int nt, bool norm, bool rope) {
   switch (nt) {
-    case 1: return small_kernel_named<kW8, kSwiGLU, 1>(norm);
-    case 2: return small_kernel_named<kW8, kSwiGLU, 2>(norm);
-    case 4: return small_kernel_named<kW8, kSwiGLU, 4>(norm);
-    default: return small_kernel_named<kW8, kSwiGLU, 8>(norm);
+    case 1: return small_kernel_named<kW8, kSwiGLU, 1>(norm, rope);
+    case 2: return small_kernel_named<kW8, kSwiGLU, 2>(norm, rope);
+    case 4: return small_kernel_named<kW8, kSwiGLU, 4>(norm, rope);
+    default: return small_kernel_named<kW8, kSwiGLU, 8>(norm, rope);
   }
 }
 
-SmallKernel small_kernel(bool w8, bool swiglu, bool norm, int nt) {
-  if (w8) return swiglu ? small_kernel_of<true, true>(nt, norm) : small_kernel_of<true, false>(nt, norm);
-  return swiglu ? small_kernel_of<false, true>(nt, norm) : small_kernel_of<false, false>(nt, norm);
+SmallKernel small_kernel(bool w8, bool swiglu, bool norm, bool rope, int nt) {
+  if (w8) return swiglu ? small_kernel_of<true, true>(nt, norm, rope) : small_kernel_of<true, false>(nt, norm, rope);
+  return swiglu ? small_kernel_of<false, true>(nt, norm, rope) : small_kernel_of<false, false>(nt, norm, rope);
 }
 
 // Launch shape of matmul_prefill_small (see the top of the file).
@@ -1407,9 +1532,12 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
     for (bool w8 : {true, false}) {
       for (bool swiglu : {true, false}) {
         for (int nt : {1, 2, 4, 8}) {
-          for (bool norm : {false, true})
-            CUDA_CHECK(cudaFuncSetAttribute(small_kernel(w8, swiglu, norm, nt),
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_limit())));
+          for (bool norm : {false, true}) {
+            for (bool rope : {false, true}) {
+              if (const SmallKernel k = small_kernel(w8, swiglu, norm, rope, nt))
+                CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_limit())));
+            }
+          }
         }
       }
     }
@@ -1456,16 +1584,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     const int64_t rope_blocks = ceil_div(a.rows / 2, kRopePairs);
     if (plan.slices != 1 || rope_blocks > plan.blocks) return false;
     blocks = rope_blocks;
-    const QkvRopeAppendDesc& r = d.rope;
-    a.pos = r.pos;
-    a.k_cache = reinterpret_cast<__half*>(r.k_cache);
-    a.v_cache = reinterpret_cast<__half*>(r.v_cache);
-    a.n_head = r.n_head;
-    a.n_head_kv = r.n_head_kv;
-    a.head_dim = r.head_dim;
-    a.n_ctx = r.n_ctx;
-    a.theta = r.theta;
-    a.neox = r.mode == RopeMode::Neox;
+    a.rope = rope_append_args(d.rope);
   }
   if (d.argmax) {
     if (blocks > kArgmaxMaxBlocks) return false;
@@ -1528,8 +1647,19 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
     a.counters = small_partials_.as<unsigned>();
     a.partials = reinterpret_cast<float*>(small_partials_.as<char>() + counters);
   }
+  // The rope epilogue in the kernel where its pairs fall into one block without split k (see
+  // small_tile); otherwise as its own kernel.
+  const RopeAppendArgs rope = rope_append_args(d.rope);
+  const size_t rope_vals = size_t(p.warps / p.slices) * size_t(8 * p.nt) * 16 * sizeof(float);
+  const bool fuse_rope = d.epilogue == MatmulEpilogue::QkvRopeAppend && p.splits == 1 &&
+                         (!rope.neox || rope.head_dim % 32 == 0) && rope_vals <= small_smem_limit();
+  if (fuse_rope) {
+    a.rope = rope;
+    smem = std::max(smem, rope_vals);
+  }
   const dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
-  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, p.nt), grid, dim3(32 * p.warps), smem, a);
+  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, fuse_rope, p.nt), grid, dim3(32 * p.warps), smem, a);
+  if (d.epilogue == MatmulEpilogue::QkvRopeAppend && !fuse_rope) rope_epilogue(d);
   return true;
 }
 
@@ -1600,10 +1730,7 @@ void CudaBackend::matmul(const MatmulDesc& d) {
     matmul_m1(d);
     return;
   }
-  if (d.m <= kSmallMaxM && matmul_small_kernel(d, w)) {
-    if (d.epilogue == MatmulEpilogue::QkvRopeAppend) rope_epilogue(d);
-    return;
-  }
+  if (d.m <= kSmallMaxM && matmul_small_kernel(d, w)) return;
   const __half* x = reinterpret_cast<const __half*>(d.x);
   if (d.norm_x) {
     // The prologue as its own kernel: its rows are shared by every column tile of the matmul.

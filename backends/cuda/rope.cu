@@ -8,7 +8,9 @@
 //                    Normal pairs are (2j, 2j+1), Neox pairs (j, j + head_dim/2).
 //   rope_qkv_append  the same on the q and k heads of a packed qkv row (they are adjacent), writing
 //                    each rotated k pair to the k cache as fp16 too, and copying the row's v heads to
-//                    the v cache: one kernel between the QKV projection and attention.
+//                    the v cache: one kernel between the QKV projection and attention, where the
+//                    matmul kernel cannot run it as its epilogue (matmul.cu: split rows, prompts
+//                    longer than 64 tokens).
 #include "backends/cuda/cuda_backend_impl.cuh"
 
 namespace tllm::cuda {

@@ -159,6 +159,12 @@ TEST_P(QkvRopeAppendTest, Prefill) {
 // k = 8192 splits rows over several warps, which the CUDA backend runs unfused.
 class MatmulRopeEpilogueTest : public OpsTest {
  protected:
+  static std::vector<int32_t> positions(int32_t first, int n) {
+    std::vector<int32_t> p(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) p[size_t(i)] = first + i;
+    return p;
+  }
+
   struct Run {
     std::vector<float> y;
     std::vector<half_t> k_cache, v_cache;
@@ -238,6 +244,14 @@ TEST_P(MatmulRopeEpilogueTest, SameAsOpSequence) {
     // matmul (m > 1), with k short enough that no backend splits it (split-K adds its partial sums
     // in a run-dependent order, which two runs could not compare exactly).
     check(rng, type, 14, 2, 64, 96, {10, 11, 12, 13, 14}, RopeMode::Neox);
+    // Prompts of the short-prompt path (m <= 64), which CUDA fuses where each rotation pair falls
+    // into one block: the model's prefill (m = 30, k = 896); normal pairs up to the cache's last
+    // row; head_dim 128 at 40 and 64 rows; head_dim 6 (Neox, unfused).
+    check(rng, type, 14, 2, 64, 896, positions(3, 30), RopeMode::Neox);
+    check(rng, type, 9, 3, 64, 96, positions(55, 9), RopeMode::Normal);
+    check(rng, type, 3, 1, 128, 160, positions(1, 40), RopeMode::Neox);
+    check(rng, type, 2, 1, 128, 64, positions(0, 64), RopeMode::Neox);
+    check(rng, type, 5, 1, 6, 64, positions(7, 3), RopeMode::Neox);
   }
 }
 
