@@ -239,6 +239,10 @@ struct AttentionDecodeDesc {
   int head_dim = 0;
   int n_ctx = 0;
   float scale = 1.0f;
+  // Only the newest row (*n_kv - 1) of the caches comes from the op just before; *n_kv and the
+  // older rows were written before it. A backend may then read them while that op finishes (a
+  // decode step: the QKV projection appends the newest row).
+  bool only_newest_row_fresh = false;
 };
 
 // y += x (residual add).

@@ -345,6 +345,7 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
       a.head_dim = c.head_dim;
       a.n_ctx = n_ctx_;
       a.scale = scale;
+      a.only_newest_row_fresh = true;  // the step's position and n_kv come from the previous step or the host
       be_.attention_decode(a);
     } else {
       AttentionPrefillDesc a;

@@ -21,6 +21,9 @@
 //       cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its 16-row steps
 //       of a chunk into registers before using any; split 0, which starts at row 0 whatever n_kv is,
 //       issues its first chunk before it reads n_kv, so a context of one chunk waits on memory once.
+//       Where only the newest row comes from the kernel before (only_newest_row_fresh: the decode
+//       step, whose QKV projection appends it), every block reads n_kv and loads its first chunk
+//       before the dependency wait, while that kernel finishes, and reloads the newest row after.
 //       A step computes Sᵀ = K·qᵀ (cache rows × 8 heads; q enters as fp16 hi + lo parts, lo scaled
 //       by 2^11, which keeps the scores at fp32 accuracy) and Oᵀ += Vᵀ·Pᵀ (head_dim × 8 heads; P
 //       rounded to fp16). No data goes through shared memory: a dot product may take the head_dim in
@@ -83,6 +86,7 @@ struct DecodeArgs {
                                     //   hd4 = head_dim rounded up to 4
   float* part_ml = nullptr;         // (n_head, gridDim.x, 2): its maximum and sum
   unsigned* counters = nullptr;     // (n_head_kv, gridDim.z), zero between calls
+  bool early = false;               // AttentionDecodeDesc::only_newest_row_fresh
 };
 
 // What each warp of a block leaves for the block's combine, then the split weights of the combine.
@@ -227,22 +231,23 @@ __device__ __forceinline__ void load_row_words(uint32_t (&dst)[kWords], const __
   }
 }
 
-// Loads the warp's steps of the chunk at row c; rows at or past `limit` are not read (zeros).
+// Loads the warp's steps of the chunk at row c; rows at or past `limit` are not read (zeros). With
+// only >= 0, loads row `only` alone (where the warp holds it) and leaves the other registers.
 template <int kHd>
 __device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_head, const __half* v_head, int c,
-                                           int limit, int warp, int g, int t) {
+                                           int limit, int warp, int g, int t, int only = -1) {
 #pragma unroll
   for (int i = 0; i < DecodeRegs<kHd>::kSteps; ++i) {
     const int r0 = c + 16 * (kDecodeWarps * i + warp);
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       const int row = r0 + g + 8 * j;
-      load_row_words(r.k[i][j], k_head + int64_t(row) * kHd + kHd / 4 * t, row < limit);
+      if (only < 0 || row == only) load_row_words(r.k[i][j], k_head + int64_t(row) * kHd + kHd / 4 * t, row < limit);
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int row = r0 + 2 * t + (j & 1) + 8 * (j >> 1);
-      load_row_words(r.v[i][j], v_head + int64_t(row) * kHd + kHd / 8 * g, row < limit);
+      if (only < 0 || row == only) load_row_words(r.v[i][j], v_head + int64_t(row) * kHd + kHd / 8 * g, row < limit);
     }
   }
 }
@@ -270,28 +275,43 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
   const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
 
+  // With a.early, n_kv and every row but the newest are final before the previous kernel ends: the
+  // block plans its split and loads its first chunk before the dependency wait, and reloads the
+  // newest row after it. Otherwise split 0 starts at row 0 for any n_kv: its first chunk is loaded
+  // before n_kv is known (rows past n_kv are masked below), so that a one-chunk context waits on
+  // memory once.
+  DecodeRegs<kHd> r;
+  int n_kv = 0, len = 0, n_used = 0;
+  if (a.early) {
+    n_kv = min(*a.n_kv, a.n_ctx);
+    if (n_kv > 0) {
+      plan_splits(n_kv, kChunk, decode_unit(kHd), gridDim.x, len, n_used);
+      if (split >= n_used) return;
+      load_chunk(r, k_head, v_head, split * len, min(split * len + len, n_kv), warp, g, t);
+    }
+  }
   grid_dependency_wait();
   allow_dependent_launch();
-  // Split 0 starts at row 0 for any n_kv: its first chunk is loaded before n_kv is known (rows
-  // past n_kv are masked below), so that a one-chunk context waits on memory once.
-  DecodeRegs<kHd> r;
-  if (split == 0) load_chunk(r, k_head, v_head, 0, a.n_ctx, warp, g, t);
+  if (!a.early && split == 0) load_chunk(r, k_head, v_head, 0, a.n_ctx, warp, g, t);
   float4 qf[kHd / 16];  // q of head g, dims (head_dim / 4)·t ..
 #pragma unroll
   for (int i = 0; i < kHd / 16; ++i) {
     qf[i] = g < nh ? *reinterpret_cast<const float4*>(a.q + int64_t(h0 + g) * kHd + kHd / 4 * t + 4 * i)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  const int n_kv = min(*a.n_kv, a.n_ctx);
+  if (!a.early) n_kv = min(*a.n_kv, a.n_ctx);
   if (n_kv <= 0) {  // nothing to attend to (outside the op's contract): a zero output
     if (split == 0)
       for (int i = threadIdx.x; i < nh * kHd; i += kDecodeThreads) a.out[int64_t(h0) * kHd + i] = __float2half_rn(0.f);
     return;
   }
-  int len, n_used;
-  plan_splits(n_kv, kChunk, decode_unit(kHd), gridDim.x, len, n_used);
-  if (split >= n_used) return;
+  if (!a.early) {
+    plan_splits(n_kv, kChunk, decode_unit(kHd), gridDim.x, len, n_used);
+    if (split >= n_used) return;
+  }
   const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
+  if (a.early && n_kv - 1 < r_begin + kChunk && n_kv - 1 < r_end)  // the newest row is in the first chunk
+    load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t, n_kv - 1);
 
   // q · scale · log2(e) as fp16 hi and lo · 2^11 parts, in the K registers' word order.
   uint32_t qh[kKWords], ql[kKWords];
@@ -308,7 +328,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   float m_run[2] = {-INFINITY, -INFINITY};  // running maximum of heads 2t, 2t + 1 (same in all g)
   float l_run[2] = {0.f, 0.f};              // this lane's part of their running sums
   float o[kVWords][4] = {};                 // Oᵀ fragments
-  if (split != 0) load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t);
+  if (!a.early && split != 0) load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t);
   for (int c = r_begin; c < r_end; c += kChunk) {
     if (c + 16 * warp >= r_end) break;  // the warp has no rows here or after
     if (c != r_begin) load_chunk(r, k_head, v_head, c, r_end, warp, g, t);
@@ -758,6 +778,7 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   a.part_o = attn_partials_.as<float>();
   a.part_ml = a.part_o + int64_t(d.n_head) * n_splits * hd4;
   a.counters = attn_counters_.as<unsigned>();
+  a.early = d.only_newest_row_fresh;
   const dim3 grid(unsigned(n_splits), unsigned(d.n_head_kv), unsigned(head_tiles));
   if (!tensor) {
     launch(attention_decode_generic_kernel, grid, dim3(kDecodeThreads), 0, a);

@@ -149,8 +149,77 @@ class AttentionTest : public OpsTest {
           << " n_ctx=" << n_ctx;
     }
   }
+
+  // A decode step's order: the newest row (n_kv - 1) appended by the op just before attention
+  // (kv_append here) and only_newest_row_fresh set, so that a backend may read n_kv and the older
+  // rows early but must take that row after the append. The row holds poison until then.
+  void check_decode_appended(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list) {
+    const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim, kv_dim = int64_t(hd.n_head_kv) * hd.head_dim;
+    const Caches c = make_caches(rng, hd, n_ctx, n_ctx);
+    const float scale = 1.0f / std::sqrt(float(hd.head_dim));
+    Buffer kc = upload(c.k), vc = upload(c.v);
+    Buffer qb = alloc<float>(size_t(q_dim)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
+    Buffer pos_b = alloc<int32_t>(1), k_row_b = alloc<float>(size_t(kv_dim)), v_row_b = alloc<float>(size_t(kv_dim));
+    AttentionDecodeDesc d;
+    d.q = qb.as<float>();
+    d.k_cache = kc.as<half_t>();
+    d.v_cache = vc.as<half_t>();
+    d.out = out.as<half_t>();
+    d.n_kv = n_kv_b.as<int32_t>();
+    d.n_head = hd.n_head;
+    d.n_head_kv = hd.n_head_kv;
+    d.head_dim = hd.head_dim;
+    d.n_ctx = n_ctx;
+    d.scale = scale;
+    d.only_newest_row_fresh = true;
+    KvAppendDesc a;
+    a.k = k_row_b.as<float>();
+    a.v = v_row_b.as<float>();
+    a.k_cache = kc.as<half_t>();
+    a.v_cache = vc.as<half_t>();
+    a.pos = pos_b.as<int32_t>();
+    a.n_head_kv = hd.n_head_kv;
+    a.head_dim = hd.head_dim;
+    a.n_ctx = n_ctx;
+    const std::vector<half_t> poison(size_t(hd.head_dim), float_to_half(kPoison));
+    for (int n_kv : n_kv_list) {
+      const int32_t row = n_kv - 1;
+      std::vector<float> k_row(static_cast<size_t>(kv_dim)), v_row(static_cast<size_t>(kv_dim));
+      for (int g = 0; g < hd.n_head_kv; ++g) {
+        const size_t at = (size_t(g) * n_ctx + size_t(row)) * size_t(hd.head_dim);
+        for (int e = 0; e < hd.head_dim; ++e) {
+          k_row[size_t(g) * size_t(hd.head_dim) + size_t(e)] = half_to_float(c.k[at + size_t(e)]);
+          v_row[size_t(g) * size_t(hd.head_dim) + size_t(e)] = half_to_float(c.v[at + size_t(e)]);
+        }
+        be().upload(kc.as<half_t>() + at, poison.data(), poison.size() * sizeof(half_t));
+        be().upload(vc.as<half_t>() + at, poison.data(), poison.size() * sizeof(half_t));
+      }
+      const std::vector<float> q = random_floats(rng, size_t(q_dim), -2.0f, 2.0f);
+      be().upload(qb.data(), q.data(), q.size() * sizeof(float));
+      be().upload(n_kv_b.data(), &n_kv, sizeof(int32_t));
+      be().upload(pos_b.data(), &row, sizeof(int32_t));
+      be().upload(k_row_b.data(), k_row.data(), k_row.size() * sizeof(float));
+      be().upload(v_row_b.data(), v_row.data(), v_row.size() * sizeof(float));
+      be().kv_append(a);
+      be().attention_decode(d);
+      std::vector<double> score_mag;
+      const std::vector<double> want = ref::attention(q, q_dim, c.k, c.v, 1, n_kv - 1, hd.n_head, hd.n_head_kv,
+                                                      hd.head_dim, n_ctx, scale, &score_mag);
+      EXPECT_TRUE(all_close(to_float(download<half_t>(out)), want,
+                            tolerance(want, score_mag, c, hd, n_ctx, 1, n_kv - 1)))
+          << "decode after kv_append " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim
+          << " n_kv=" << n_kv << " n_ctx=" << n_ctx;
+    }
+  }
 };
 TLLM_OPS_INSTANTIATE(AttentionTest);
+
+// The newest row in a split's first chunk and past it, in one split and in several.
+TEST_P(AttentionTest, DecodeNewestRowFromThePreviousOp) {
+  Rng rng(911);
+  for (const Heads& hd : kHeads)
+    check_decode_appended(rng, hd, 4096, {1, 2, 17, 128, 255, 256, 257, 300, 513, 1000, 4096, 31});
+}
 
 TEST_P(AttentionTest, PrefillFromStart) {
   Rng rng(901);

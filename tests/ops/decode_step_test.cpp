@@ -186,6 +186,7 @@ class DecodeStepTest : public OpsTest {
     d.head_dim = kHeadDim;
     d.n_ctx = kCtx;
     d.scale = 1.0f / std::sqrt(float(kHeadDim));
+    d.only_newest_row_fresh = true;  // as in the model: the QKV projection appends the newest row
     return d;
   }
 
