@@ -91,11 +91,11 @@ namespace {
 
 // ---- decode: matrix-vector product -------------------------------------------------------------
 
-constexpr int kGemvWarps = 8;
-constexpr int kGemvThreads = kGemvWarps * 32;
-// Every variant fits 64 registers per thread: 4 blocks per multiprocessor.
-constexpr int kGemvMinBlocks = 4;
-constexpr int kRopePairs = kGemvWarps / 2;  // rope epilogue: a block's warps hold 4 rotation pairs
+// A block has 8 to 32 warps, the launch's choice (gemv_plan); every variant fits 64 registers per
+// thread, so a multiprocessor holds 32 warps of it.
+constexpr int kGemvMaxWarps = 32;
+constexpr int kGemvRopeWarps = 8;  // the rope epilogue's blocks: 4 rotation pairs, 2 rows each
+constexpr int kRopePairs = kGemvRopeWarps / 2;
 constexpr int kNormUnits = 2;  // prologue: 4-value units per thread held in registers (k <= 2048)
 constexpr int kStageBatch = 8;  // x staging: 4-value units per thread loaded before any is stored
 
@@ -449,10 +449,10 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   constexpr int kRows = kPair ? 2 : 1;
   constexpr bool kPrefetch = kRows * kBatch <= 4;
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
-  __shared__ float partial[kGemvWarps][kRows];
-  __shared__ float rope_vals[kGemvWarps];
+  __shared__ float partial[kGemvMaxWarps][kRows];
+  __shared__ float rope_vals[kGemvRopeWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rows_per_block = kGemvWarps / a.slices;
+  const int rows_per_block = int(blockDim.x >> 5) / a.slices;
   const int slice = warp % a.slices;
   const int first = slice * 32 + lane, step = 32 * a.slices;
   const int n_batches = (a.chunks + step * kBatch - 1) / (step * kBatch);
@@ -520,7 +520,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   }
   if constexpr (!kPair && !kRope) {
     if (a.argmax) {
-      __shared__ ArgmaxCandidate scratch[kGemvWarps];
+      __shared__ ArgmaxCandidate scratch[kGemvMaxWarps];
       argmax_commit(best, scratch, a.argmax, a.argmax_ws, a.argmax_advance);
     }
   }
@@ -532,11 +532,11 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
 // row in flight (2, 4 or 8; at most 4 with SwiGLU).
 #define TLLM_GEMV_KERNELS(suffix, pair, rope, norm)                                                 \
   template <int kBatch>                                                                          \
-  __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) w8a16_matmul_m1##suffix(const GemvArgs a) { \
+  __global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) w8a16_matmul_m1##suffix(const GemvArgs a) { \
     gemv<true, pair, kBatch, rope, norm>(a);                                                     \
   }                                                                                              \
   template <int kBatch>                                                                          \
-  __global__ void __launch_bounds__(kGemvThreads, kGemvMinBlocks) fp16_matmul_m1##suffix(const GemvArgs a) { \
+  __global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) fp16_matmul_m1##suffix(const GemvArgs a) { \
     gemv<false, pair, kBatch, rope, norm>(a);                                                    \
   }
 TLLM_GEMV_KERNELS(, false, false, false)
@@ -579,21 +579,27 @@ GemvKernel gemv_kernel(bool w8, MatmulEpilogue e, bool norm, int batch) {
 struct GemvPlan {
   int slices = 1;  // warps per row
   int batch = 2;   // vectors per lane and weight row in flight
-  int64_t blocks = 0;
+  int warps = 8;   // per block
 };
 
-GemvPlan gemv_plan(int rows, int chunks, bool pair, int sm_count, int occupancy) {
+// max_warps: the warps of the kernel the GPU holds at once.
+GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t max_warps) {
   GemvPlan p;
-  const int64_t max_blocks = int64_t(occupancy) * sm_count;
   // Long rows are split over several warps while each lane keeps at least two vectors of the row
-  // and the rows still fit the launch: ffn_down (896 rows of 304 vectors) gets 2 warps per row,
-  // 224 blocks, and has all its weights in flight at once.
-  const int64_t target_warps = max_blocks * kGemvWarps;
-  while (p.slices < kGemvWarps && chunks >= 2 * 32 * (2 * p.slices) && int64_t(rows) * (2 * p.slices) <= target_warps)
+  // and the rows still fit the GPU: ffn_down (896 rows of 304 vectors) gets 4 warps per row and
+  // has all its weights in flight at once.
+  while (p.slices < 8 && chunks >= 2 * 32 * (2 * p.slices) && int64_t(rows) * (2 * p.slices) <= max_warps)
     p.slices *= 2;
   const int64_t per_lane = ceil_div(chunks, 32 * p.slices);
   p.batch = per_lane <= 2 ? 2 : per_lane <= 4 || pair ? 4 : 8;
-  p.blocks = std::min<int64_t>(ceil_div(rows, kGemvWarps / p.slices), max_blocks);
+  // Block size, measured on an H200 (decode tok/s against 8 warps everywhere: 1,965). A matrix with
+  // rows for at least half the GPU's warps (ffn_gate_up, the lm_head) takes 8-warp blocks, four per
+  // multiprocessor. One with fewer runs in larger blocks on fewer multiprocessors, which leaves the
+  // others free for the next kernel's blocks to start and request their weights early: attn_out
+  // in 24-warp blocks (38 of them: 2,004 tok/s alone), ffn_down in blocks of 4 rows of 4 warps
+  // (224; with attn_out, 2,024; 3 rows, 2,030, or 5, 1,897). 32-warp blocks for ffn_gate_up or
+  // ffn_down, which leave no room for the next kernel, lose (1,830 and 1,765).
+  if (int64_t(rows) < max_warps / 2) p.warps = p.slices > 1 ? 4 * p.slices : 24;
   return p;
 }
 
@@ -1575,14 +1581,18 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const size_t smem = gemv_smem(w);
   const bool norm = d.norm_x != nullptr;
   const GemvKernel probe = gemv_kernel(w8, d.epilogue, norm, 2);
-  const int occupancy = resident_blocks(reinterpret_cast<const void*>(probe), kGemvThreads, smem);
-  const GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, sm_count_, occupancy);
+  // Blocks of a size that the GPU holds at once: every weight is requested before the wait.
+  const auto max_blocks = [&](int warps) {
+    return int64_t(resident_blocks(reinterpret_cast<const void*>(probe), 32 * warps, smem)) * sm_count_;
+  };
+  GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
   a.slices = plan.slices;
-  int64_t blocks = plan.blocks;
+  if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
+  int64_t blocks = std::min(ceil_div(a.rows, plan.warps / plan.slices), max_blocks(plan.warps));
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
     // The rope epilogue needs whole rows per warp and every rotation pair in the one pass.
     const int64_t rope_blocks = ceil_div(a.rows / 2, kRopePairs);
-    if (plan.slices != 1 || rope_blocks > plan.blocks) return false;
+    if (plan.slices != 1 || rope_blocks > blocks) return false;
     blocks = rope_blocks;
     a.rope = rope_append_args(d.rope);
   }
@@ -1592,7 +1602,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     a.argmax_ws = argmax_workspace();
     a.argmax_advance = d.argmax_advance;
   }
-  launch(gemv_kernel(w8, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(kGemvThreads), smem, a);
+  launch(gemv_kernel(w8, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(32 * plan.warps), smem, a);
   return true;
 }
 
