@@ -8,11 +8,13 @@
 //                    and up row j + n/2, which share every x read); each lane reads 16-byte vectors of
 //                    16 int8 weights, so one load of a warp covers 512 contiguous bytes of a row. Long
 //                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
-//                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 2 warps per row).
-//                    A launch takes as many blocks of 256 threads (64 registers each) as fit on the
-//                    GPU at once: the more warps, the more weights are requested before the
-//                    previous kernel ends (programmatic dependent launch; the weights do not depend
-//                    on it). A lane requests its first batch of vectors (up to 8) before waiting on
+//                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 4 warps per row).
+//                    A launch takes as many warps (64 registers each) as fit on the GPU at once, up to
+//                    one per row and slice: the more warps, the more weights are requested before
+//                    the previous kernel ends (programmatic dependent launch; the weights do not
+//                    depend on it). Blocks have 8 warps where the rows fill the GPU (ffn_gate_up,
+//                    lm_head), and up to 24 otherwise, so that a small projection leaves most
+//                    multiprocessors free for the next kernel's blocks (see gemv_plan). A lane requests its first batch of vectors (up to 8) before waiting on
 //                    the previous kernel; a warp with more rows or batches (ffn_gate_up: 4864 rows
 //                    for 4224 warps) requests each next batch before using the current one. x (k fp16 values, or the rmsnorm
 //                    prologue's fp16 output) is staged once per block in shared memory as fp32, every
