@@ -16,6 +16,7 @@
 // far outside the tolerance.
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "ops/conformance.h"
 #include "ops/reference.h"
@@ -110,6 +111,35 @@ class AttentionTest : public OpsTest {
         << " pos0=" << pos0 << (packed ? " packed q" : "");
   }
 
+  // A decode descriptor over caches k and v with the n_kv scalar at n_kv.
+  static AttentionDecodeDesc decode_desc(const Heads& hd, int n_ctx, const float* q, const half_t* k,
+                                         const half_t* v, half_t* out, const int32_t* n_kv) {
+    AttentionDecodeDesc d;
+    d.q = q;
+    d.k_cache = k;
+    d.v_cache = v;
+    d.out = out;
+    d.n_kv = n_kv;
+    d.n_head = hd.n_head;
+    d.n_head_kv = hd.n_head_kv;
+    d.head_dim = hd.head_dim;
+    d.n_ctx = n_ctx;
+    d.scale = 1.0f / std::sqrt(float(hd.head_dim));
+    return d;
+  }
+
+  // The decode output in `out` against the oracle for q and the host caches c at n_kv rows.
+  static void expect_decode(const std::vector<float>& q, const Caches& c, const Heads& hd, int n_ctx, int n_kv,
+                            const std::vector<half_t>& out, const std::string& what) {
+    std::vector<double> score_mag;
+    const std::vector<double> want =
+        ref::attention(q, int64_t(hd.n_head) * hd.head_dim, c.k, c.v, 1, n_kv - 1, hd.n_head, hd.n_head_kv,
+                       hd.head_dim, n_ctx, 1.0f / std::sqrt(float(hd.head_dim)), &score_mag);
+    EXPECT_TRUE(all_close(to_float(out), want, tolerance(want, score_mag, c, hd, n_ctx, 1, n_kv - 1)))
+        << what << " " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim << " n_kv=" << n_kv
+        << " n_ctx=" << n_ctx;
+  }
+
   // Decode against each n_kv in turn, with one descriptor: only the n_kv value in backend memory
   // changes between calls. Rows from max(n_kv_list) on are poison. `misalign` elements before q and
   // each cache in their buffers (1: q 4-byte and the caches 2-byte aligned only).
@@ -117,36 +147,20 @@ class AttentionTest : public OpsTest {
                     int misalign = 0) {
     const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim;
     const Caches c = make_caches(rng, hd, n_ctx, *std::max_element(n_kv_list.begin(), n_kv_list.end()));
-    const float scale = 1.0f / std::sqrt(float(hd.head_dim));
     std::vector<half_t> k_host(size_t(misalign), 0), v_host(size_t(misalign), 0);
     k_host.insert(k_host.end(), c.k.begin(), c.k.end());
     v_host.insert(v_host.end(), c.v.begin(), c.v.end());
     Buffer kc = upload(k_host), vc = upload(v_host);
     Buffer qb = alloc<float>(size_t(q_dim + misalign)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
-    AttentionDecodeDesc d;
-    d.q = qb.as<float>() + misalign;
-    d.k_cache = kc.as<half_t>() + misalign;
-    d.v_cache = vc.as<half_t>() + misalign;
-    d.out = out.as<half_t>();
-    d.n_kv = n_kv_b.as<int32_t>();
-    d.n_head = hd.n_head;
-    d.n_head_kv = hd.n_head_kv;
-    d.head_dim = hd.head_dim;
-    d.n_ctx = n_ctx;
-    d.scale = scale;
+    const AttentionDecodeDesc d = decode_desc(hd, n_ctx, qb.as<float>() + misalign, kc.as<half_t>() + misalign,
+                                              vc.as<half_t>() + misalign, out.as<half_t>(), n_kv_b.as<int32_t>());
     for (int n_kv : n_kv_list) {
       const std::vector<float> q = random_floats(rng, size_t(q_dim), -q_amp, q_amp);
       const int32_t n_kv_host = n_kv;
       be().upload(qb.as<float>() + misalign, q.data(), q.size() * sizeof(float));
       be().upload(n_kv_b.data(), &n_kv_host, sizeof(int32_t));
       be().attention_decode(d);
-      std::vector<double> score_mag;
-      const std::vector<double> want = ref::attention(q, q_dim, c.k, c.v, 1, n_kv - 1, hd.n_head, hd.n_head_kv,
-                                                      hd.head_dim, n_ctx, scale, &score_mag);
-      EXPECT_TRUE(all_close(to_float(download<half_t>(out)), want,
-                            tolerance(want, score_mag, c, hd, n_ctx, 1, n_kv - 1)))
-          << "decode " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim << " n_kv=" << n_kv
-          << " n_ctx=" << n_ctx;
+      expect_decode(q, c, hd, n_ctx, n_kv, download<half_t>(out), "decode");
     }
   }
 
@@ -156,21 +170,11 @@ class AttentionTest : public OpsTest {
   void check_decode_appended(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list) {
     const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim, kv_dim = int64_t(hd.n_head_kv) * hd.head_dim;
     const Caches c = make_caches(rng, hd, n_ctx, n_ctx);
-    const float scale = 1.0f / std::sqrt(float(hd.head_dim));
     Buffer kc = upload(c.k), vc = upload(c.v);
     Buffer qb = alloc<float>(size_t(q_dim)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
     Buffer pos_b = alloc<int32_t>(1), k_row_b = alloc<float>(size_t(kv_dim)), v_row_b = alloc<float>(size_t(kv_dim));
-    AttentionDecodeDesc d;
-    d.q = qb.as<float>();
-    d.k_cache = kc.as<half_t>();
-    d.v_cache = vc.as<half_t>();
-    d.out = out.as<half_t>();
-    d.n_kv = n_kv_b.as<int32_t>();
-    d.n_head = hd.n_head;
-    d.n_head_kv = hd.n_head_kv;
-    d.head_dim = hd.head_dim;
-    d.n_ctx = n_ctx;
-    d.scale = scale;
+    AttentionDecodeDesc d =
+        decode_desc(hd, n_ctx, qb.as<float>(), kc.as<half_t>(), vc.as<half_t>(), out.as<half_t>(), n_kv_b.as<int32_t>());
     d.only_newest_row_fresh = true;
     KvAppendDesc a;
     a.k = k_row_b.as<float>();
@@ -202,13 +206,7 @@ class AttentionTest : public OpsTest {
       be().upload(v_row_b.data(), v_row.data(), v_row.size() * sizeof(float));
       be().kv_append(a);
       be().attention_decode(d);
-      std::vector<double> score_mag;
-      const std::vector<double> want = ref::attention(q, q_dim, c.k, c.v, 1, n_kv - 1, hd.n_head, hd.n_head_kv,
-                                                      hd.head_dim, n_ctx, scale, &score_mag);
-      EXPECT_TRUE(all_close(to_float(download<half_t>(out)), want,
-                            tolerance(want, score_mag, c, hd, n_ctx, 1, n_kv - 1)))
-          << "decode after kv_append " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim
-          << " n_kv=" << n_kv << " n_ctx=" << n_ctx;
+      expect_decode(q, c, hd, n_ctx, n_kv, download<half_t>(out), "decode after kv_append");
     }
   }
 };
