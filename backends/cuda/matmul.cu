@@ -13,14 +13,16 @@
 //                    one per row and slice: the more warps, the more weights are requested before
 //                    the previous kernel ends (programmatic dependent launch; the weights do not
 //                    depend on it). Blocks have 8 warps where the rows fill the GPU (ffn_gate_up,
-//                    lm_head), and up to 24 otherwise, so that a small projection leaves most
-//                    multiprocessors free for the next kernel's blocks (see gemv_plan). A lane requests its first batch of vectors (up to 8) before waiting on
-//                    the previous kernel; a warp with more rows or batches (ffn_gate_up: 4864 rows
-//                    for 4224 warps) requests each next batch before using the current one. x (k fp16 values, or the rmsnorm
-//                    prologue's fp16 output) is staged once per block in shared memory as fp32, every
-//                    load of a thread issued before the first store; the bias and the y being
-//                    accumulated into are requested before x is staged (and for each later row when
-//                    it starts), so that their trip to memory overlaps x's. int8 → fp32 is one byte permute
+//                    lm_head); otherwise they are larger (24 warps, or 4 rows of split rows), so
+//                    that a small projection leaves most multiprocessors free for the next kernel's
+//                    blocks (see gemv_plan). A lane requests its first batch of vectors (up to 8)
+//                    before waiting on the previous kernel; a warp with more rows or batches
+//                    (ffn_gate_up: 4864 rows for 4224 warps) requests each next batch before using
+//                    the current one. x (k fp16 values, or the rmsnorm prologue's fp16 output) is
+//                    staged once per block in shared memory as fp32, every load of a thread issued
+//                    before the first store; the bias and the y being accumulated into are
+//                    requested before x is staged (and for each later row when it starts), so that
+//                    their trip to memory overlaps x's. int8 → fp32 is one byte permute
 //                    and one subtract (the 2^23 magic number); the 16 products of a vector are summed
 //                    in fp32, one 4-value unit of x at a time, and scaled by their group's scale.
 //                    The QKV projection's epilogue applies rope and appends k and v to the caches:
@@ -1218,8 +1220,7 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int tiles_per_block = kWarps >> a.slice_bits;
   const int slice = warp & (a.slices - 1), tile_in_block = warp >> a.slice_bits;
-  const int block_tile = blockIdx.x * tiles_per_block + tile_in_block;
-  const int tile = small_tile<kRope>(a, block_tile);
+  const int tile = small_tile<kRope>(a, blockIdx.x * tiles_per_block + tile_in_block);
   const int win_block = int(blockIdx.y) * a.slices * a.groups;  // the block's first window
   const int nw = min(a.windows - win_block, a.slices * a.groups);
   const int win0 = win_block + slice * a.groups;  // the warp's
