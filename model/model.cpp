@@ -291,8 +291,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   m->qkv_ = be.alloc(B * size_t(c.qkv_dim()) * sizeof(float));
   m->attn_ = be.alloc(B * size_t(E) * sizeof(half_t));
   m->ffn_ = be.alloc(B * size_t(F) * sizeof(half_t));
-  m->tokens_ = be.alloc(B * sizeof(int32_t));
-  m->pos_ = be.alloc(B * sizeof(int32_t));
+  m->prompt_ = be.alloc(2 * B * sizeof(int32_t));
   m->logits_ = be.alloc(size_t(c.n_vocab) * sizeof(float));
   m->step_ = be.alloc((2 + kDecodeRunMax) * sizeof(int32_t));
   be.synchronize();
@@ -406,21 +405,22 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
     }
   }
   ScopedRange range(be_, "prefill");
-  std::vector<int32_t> pos(static_cast<size_t>(max_batch_));
+  drop_argmax_download();
+  std::vector<int32_t> ids_pos(size_t(2 * max_batch_));  // one chunk's ids, then its positions
   std::vector<float> row_logits(all_logits ? size_t(cfg_.n_vocab) : 0);
   for (int start = 0; start < n; start += max_batch_) {
     const int m = std::min(max_batch_, n - start);
-    for (int i = 0; i < m; ++i) pos[size_t(i)] = pos0 + start + i;
-    be_.upload(tokens_.data(), tokens + start, size_t(m) * sizeof(int32_t));
-    be_.upload(pos_.data(), pos.data(), size_t(m) * sizeof(int32_t));
+    std::copy(tokens + start, tokens + start + m, ids_pos.begin());
+    for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + start + i;
+    be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
 
     EmbeddingDesc e;
     e.table = embd_ ? embd_.get() : lm_head_.get();
-    e.ids = tokens_.as<int32_t>();
+    e.ids = prompt_.as<int32_t>();
     e.out = x_.as<float>();
     e.m = m;
     be_.embedding(e);
-    run_layers(m, pos_.as<int32_t>(), nullptr, pos0 + start, /*decode=*/false);
+    run_layers(m, prompt_.as<int32_t>() + m, nullptr, pos0 + start, /*decode=*/false);
 
     // Logits of every row when asked for, otherwise only of the prompt's last row.
     const bool last_chunk = start + m == n;
@@ -435,6 +435,7 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       h.argmax = step_.as<int32_t>() + 2;
       be_.matmul_m1(h);
       argmax_ready_ = true;
+      if (!all_logits) argmax_ticket_ = be_.queue_download(h.argmax, sizeof(int32_t));
       if (all_logits) {
         be_.download(row_logits.data(), logits_.data(), row_logits.size() * sizeof(float));
         all_logits(start + i, row_logits.data(), cfg_.n_vocab);
@@ -455,6 +456,7 @@ void Model::decode(int32_t token, int pos) {
     throw ModelError("token id " + std::to_string(token) + " is outside the vocabulary");
   }
   check_position(pos);
+  drop_argmax_download();
   const int32_t step[3] = {pos, pos + 1, token};
   be_.upload(step_.data(), step, sizeof(step));
   run_decode_steps(pos, 1);
@@ -467,6 +469,7 @@ void Model::decode_run(int pos, int n) {
   }
   check_position(pos);
   check_position(pos + n - 1);
+  drop_argmax_download();
   if (pos != next_step_pos_) {
     const int32_t step[2] = {pos, pos + 1};
     be_.upload(step_.data(), step, sizeof(step));  // the token slot keeps the last step's argmax
@@ -507,6 +510,7 @@ void Model::run_decode_steps(int pos, int n) {
 uint64_t Model::queue_run_tokens(int n) {
   if (!argmax_ready_) throw ModelError("queue_run_tokens: no step has computed logits");
   if (n < 1 || n > kDecodeRunMax) throw ModelError("queue_run_tokens: " + std::to_string(n) + " tokens");
+  drop_argmax_download();
   return be_.queue_download(step_.as<int32_t>() + 2, size_t(n) * sizeof(int32_t));
 }
 
@@ -523,10 +527,21 @@ void Model::download_logits(float* dst) {
 
 int32_t Model::argmax() {
   int32_t id = -1;
-  be_.download(&id, step_.as<int32_t>() + 2, sizeof(id));
+  if (argmax_ticket_) {
+    be_.collect_download(argmax_ticket_, &id);
+    argmax_ticket_ = 0;
+  } else {
+    be_.download(&id, step_.as<int32_t>() + 2, sizeof(id));
+  }
   return id;
 }
 
+void Model::drop_argmax_download() {
+  if (!argmax_ticket_) return;
+  int32_t unused = 0;
+  be_.collect_download(argmax_ticket_, &unused);
+  argmax_ticket_ = 0;
+}
 
 size_t Model::decode_weight_bytes() const {
   size_t b = lm_head_->stream_bytes();

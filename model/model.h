@@ -100,7 +100,8 @@ class Model {
   const float* logits() const { return logits_.as<float>(); }
   void download_logits(float* dst);   // (n_vocab)
   // argmax of logits() (first index on ties), computed by the lm_head matmul's argmax epilogue:
-  // greedy decoding downloads one token id, not the logits.
+  // greedy decoding downloads one token id, not the logits. After a prefill that download is
+  // already queued behind the lm_head, so the first token reaches the host without another trip.
   int32_t argmax();
 
   // Greedy decoding without waiting for the host between steps (GreedyRuns drives it).
@@ -152,14 +153,17 @@ class Model {
   Buffer qkv_;        // (max_batch, qkv_dim) f32
   Buffer attn_;       // (max_batch, n_embd) f16 attention output
   Buffer ffn_;        // (max_batch, n_ff) f16 SwiGLU output
-  Buffer tokens_;     // (max_batch) i32
-  Buffer pos_;        // (max_batch) i32
+  Buffer prompt_;     // (2 · max_batch) i32: a prefill chunk's m token ids, then their m positions (one upload)
   Buffer logits_;     // (n_vocab) f32
   // i32 [pos, n_kv, t0 .. t(kDecodeRunMax - 1)]: the decode steps' scalars. Step j of a run of n
   // reads its token from t(j) and writes its argmax to t(j + 1), the last one to t0, which is where
   // a single step reads and writes it.
   Buffer step_;
   bool argmax_ready_ = false;  // a step has written its argmax to step_
+  // The download of the prompt's argmax, queued right behind the prefill's lm_head so that argmax()
+  // finds it on the host; 0 when none is outstanding (drop_argmax_download collects it).
+  uint64_t argmax_ticket_ = 0;
+  void drop_argmax_download();
   // The position step_ will hold for the next decode step, or -1: a decode step's argmax advances
   // [pos, n_kv] by one on the device, so a step that continues from the last one uploads nothing.
   int next_step_pos_ = -1;

@@ -235,6 +235,40 @@ TEST_P(ModelTest, DecodeRunsMatchSingleSteps) {
   EXPECT_THROW(m.queue_run_tokens(0), ModelError);
 }
 
+// The prompt's argmax comes back with the prefill (its download is queued right behind the
+// lm_head): it is the first maximum of the last row's logits; a prefill whose argmax nobody reads
+// leaves nothing behind (more of them than there are download slots), and a decode step or a run
+// after one gives its own tokens.
+TEST_P(ModelTest, PromptArgmaxIsTheLastRowsAndNeverLeftBehind) {
+  Loaded l = load(synth_file(arch()), backend());
+  Model& m = *l.model;
+  const int n_vocab = m.config().n_vocab;
+  const auto toks = test_prompt(8, n_vocab);
+  const int n = int(toks.size());
+  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 4);
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+  const auto first_max = [&] {
+    m.download_logits(logits.data());
+    return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+
+  for (int i = 0; i < 2 * kQueuedDownloads; ++i) m.prefill(toks.data(), 3 + i % 4, 0);
+  m.prefill(toks.data(), n, 0);
+  EXPECT_EQ(first_max(), want[0]);
+  EXPECT_EQ(m.argmax(), want[0]);
+  EXPECT_EQ(m.argmax(), want[0]);  // asked again
+
+  m.prefill(toks.data(), n, 0);
+  m.decode(want[0], n);
+  EXPECT_EQ(m.argmax(), want[1]);
+
+  m.prefill(toks.data(), n, 0);
+  m.decode_run(n, 3);
+  int32_t t[Model::kDecodeRunMax] = {};
+  m.take_run_tokens(m.queue_run_tokens(3), 3, t);
+  EXPECT_EQ(std::vector<int32_t>(t, t + 3), std::vector<int32_t>(want.begin() + 1, want.end()));
+}
+
 // Greedy generation past several runs, and up to the end of the context, gives the tokens of the
 // plain loop.
 TEST_P(ModelTest, GreedyRunsMatchStepByStepToTheContextEnd) {
