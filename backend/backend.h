@@ -260,12 +260,20 @@ struct SiluMulDesc {
   int64_t n = 0;
 };
 
-// out[i] = table row ids[i], as fp32. Ids must be < table->n().
+// out[i] = table row ids[i], as fp32. Ids must be < table->n(). The ids are read from backend
+// memory (ids) or, for at most kEmbeddingHostIds rows, taken from host memory when the op is
+// queued (host_ids): they travel with the op, so a prompt's first op needs no upload before it.
+// With `positions`, the op also writes positions[i] = pos0 + i, the rows' positions for the ops
+// that follow (rope, attention).
+constexpr int64_t kEmbeddingHostIds = 64;
 struct EmbeddingDesc {
-  const Matrix* table = nullptr;  // (n_vocab, n_embd)
-  const int32_t* ids = nullptr;   // (m)
-  float* out = nullptr;           // (m, n_embd)
+  const Matrix* table = nullptr;       // (n_vocab, n_embd)
+  const int32_t* ids = nullptr;        // (m) in backend memory; null when host_ids is given
+  const int32_t* host_ids = nullptr;   // (m <= kEmbeddingHostIds) in host memory, or null
+  float* out = nullptr;                // (m, n_embd)
   int64_t m = 1;
+  int32_t* positions = nullptr;        // (m) or null
+  int32_t pos0 = 0;
 };
 
 // *out = the index of the largest x (the first one on ties): greedy sampling without a download.

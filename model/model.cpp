@@ -410,17 +410,23 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   std::vector<float> row_logits(all_logits ? size_t(cfg_.n_vocab) : 0);
   for (int start = 0; start < n; start += max_batch_) {
     const int m = std::min(max_batch_, n - start);
-    std::copy(tokens + start, tokens + start + m, ids_pos.begin());
-    for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + start + i;
-    be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
-
+    int32_t* positions = prompt_.as<int32_t>() + m;
     EmbeddingDesc e;
     e.table = embd_ ? embd_.get() : lm_head_.get();
-    e.ids = prompt_.as<int32_t>();
     e.out = x_.as<float>();
     e.m = m;
+    if (m <= kEmbeddingHostIds) {  // the ids go with the embedding op, which writes the positions
+      e.host_ids = tokens + start;
+      e.positions = positions;
+      e.pos0 = pos0 + start;
+    } else {  // ids and positions in one upload
+      std::copy(tokens + start, tokens + start + m, ids_pos.begin());
+      for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + start + i;
+      be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
+      e.ids = prompt_.as<int32_t>();
+    }
     be_.embedding(e);
-    run_layers(m, prompt_.as<int32_t>() + m, nullptr, pos0 + start, /*decode=*/false);
+    run_layers(m, positions, nullptr, pos0 + start, /*decode=*/false);
 
     // Logits of every row when asked for, otherwise only of the prompt's last row.
     const bool last_chunk = start + m == n;

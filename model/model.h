@@ -153,7 +153,7 @@ class Model {
   Buffer qkv_;        // (max_batch, qkv_dim) f32
   Buffer attn_;       // (max_batch, n_embd) f16 attention output
   Buffer ffn_;        // (max_batch, n_ff) f16 SwiGLU output
-  Buffer prompt_;     // (2 · max_batch) i32: a prefill chunk's m token ids, then their m positions (one upload)
+  Buffer prompt_;     // (2 · max_batch) i32: a prefill chunk's m token ids (when uploaded), then its m positions
   Buffer logits_;     // (n_vocab) f32
   // i32 [pos, n_kv, t0 .. t(kDecodeRunMax - 1)]: the decode steps' scalars. Step j of a run of n
   // reads its token from t(j) and writes its argmax to t(j + 1), the last one to t0, which is where

@@ -2,8 +2,12 @@
 // fp32, and fp16 widens exactly).
 //
 //   embedding_kernel  one block per id (the id is read from backend memory, so a captured decode
-//                     step looks up whatever token the step uploaded); threads walk the row. An id
-//                     outside the table (excluded by the op's contract) gives a zero row.
+//                     step looks up whatever token the step uploaded, or, for a prompt's first
+//                     kernel, taken from the kernel's arguments: no upload ahead of it); threads walk
+//                     the row, and thread 0 writes the row's position when asked. An id outside the
+//                     table (excluded by the op's contract) gives a zero row.
+#include <algorithm>
+
 #include "backends/cuda/cuda_backend_impl.cuh"
 
 namespace tllm::cuda {
@@ -17,14 +21,18 @@ struct EmbeddingArgs {
   const __half* w16 = nullptr;     // F16: (n_vocab, k_pad)
   int64_t n_vocab = 0;
   int n_embd = 0, k_pad = 0;
-  const int32_t* ids = nullptr;    // (m)
+  const int32_t* ids = nullptr;    // (m), or null: host_ids
+  int32_t host_ids[kEmbeddingHostIds] = {};
   float* out = nullptr;            // (m, n_embd)
+  int32_t* positions = nullptr;    // (m) or null
+  int32_t pos0 = 0;
 };
 
 __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const EmbeddingArgs a) {
   grid_dependency_wait();
   allow_dependent_launch();
-  const int32_t id = a.ids[blockIdx.x];
+  const int32_t id = a.ids ? a.ids[blockIdx.x] : a.host_ids[blockIdx.x];
+  if (a.positions && threadIdx.x == 0) a.positions[blockIdx.x] = a.pos0 + int32_t(blockIdx.x);
   float* o = a.out + int64_t(blockIdx.x) * a.n_embd;
   const bool ok = id >= 0 && id < a.n_vocab;
   for (int e = threadIdx.x; e < a.n_embd; e += blockDim.x) {
@@ -47,7 +55,9 @@ void CudaBackend::embedding(const EmbeddingDesc& d) {
   const CudaMatrix& t = cuda_matrix(d.table, "embedding");
   CUDA_REQUIRE(d.m >= 0 && d.m < (int64_t(1) << 31), "embedding", "m must not be negative");
   if (d.m == 0) return;
-  CUDA_REQUIRE(d.ids && d.out, "embedding", "a pointer is missing");
+  CUDA_REQUIRE((d.ids || d.host_ids) && d.out, "embedding", "a pointer is missing");
+  CUDA_REQUIRE(d.ids || d.m <= kEmbeddingHostIds, "embedding",
+               "at most " + std::to_string(kEmbeddingHostIds) + " host ids");
   EmbeddingArgs a;
   const bool w8 = t.type() == WeightType::W8;
   a.q = w8 ? t.q() : nullptr;
@@ -57,7 +67,10 @@ void CudaBackend::embedding(const EmbeddingDesc& d) {
   a.n_embd = int(t.k());
   a.k_pad = int(t.k_pad());
   a.ids = d.ids;
+  if (!d.ids) std::copy(d.host_ids, d.host_ids + d.m, a.host_ids);
   a.out = d.out;
+  a.positions = d.positions;
+  a.pos0 = d.pos0;
   launch(embedding_kernel, dim3(unsigned(d.m)), dim3(kEmbThreads), 0, a);
 }
 

@@ -36,6 +36,48 @@ TEST_P(EmbeddingTest, W8) {
   check(random_w8(rng, 7, 32), {6, 0, 1});    // one W8 group per row
 }
 
+// Up to kEmbeddingHostIds ids from host memory, taken when the op is queued (the host's copy is
+// overwritten right after), with the rows' positions written for the ops after it.
+TEST_P(EmbeddingTest, HostIdsAndPositions) {
+  Rng rng(603);
+  const HostWeights table = random_w8(rng, 300, 64, 0.001f, 0.05f);
+  auto t = be().upload_matrix(table.view());
+  const std::vector<float> w = ref::dequantize(table.view());
+  for (const int m : {1, 30, int(kEmbeddingHostIds)}) {
+    std::vector<int32_t> ids(static_cast<size_t>(m));
+    for (int i = 0; i < m; ++i) ids[size_t(i)] = int32_t((i * 37 + 11) % 300);
+    const std::vector<int32_t> host = ids;
+    Buffer out = alloc<float>(size_t(m) * size_t(table.k));
+    Buffer pos = upload(std::vector<int32_t>(size_t(m) + 1, -7));
+    EmbeddingDesc d;
+    d.table = t.get();
+    d.host_ids = ids.data();
+    d.out = out.as<float>();
+    d.m = m;
+    d.positions = pos.as<int32_t>();
+    d.pos0 = 1000 + m;
+    be().embedding(d);
+    std::fill(ids.begin(), ids.end(), 0);
+    std::vector<float> want;
+    std::vector<int32_t> want_pos(size_t(m) + 1, -7);  // the value past m stays
+    for (int i = 0; i < m; ++i) {
+      const int32_t id = host[size_t(i)];
+      want.insert(want.end(), w.begin() + id * table.k, w.begin() + (id + 1) * table.k);
+      want_pos[size_t(i)] = 1000 + m + i;
+    }
+    EXPECT_TRUE(all_equal(download<float>(out), want)) << "m=" << m;
+    EXPECT_EQ(download<int32_t>(pos), want_pos) << "m=" << m;
+  }
+  std::vector<int32_t> too_many(size_t(kEmbeddingHostIds) + 1, 1);
+  Buffer out = alloc<float>(too_many.size() * size_t(table.k));
+  EmbeddingDesc d;
+  d.table = t.get();
+  d.host_ids = too_many.data();
+  d.out = out.as<float>();
+  d.m = int64_t(too_many.size());
+  EXPECT_THROW(be().embedding(d), BackendError);
+}
+
 TEST_P(EmbeddingTest, F16) {
   Rng rng(602);
   const HostWeights table = random_f16(rng, 1000, 576, 2.0f);
