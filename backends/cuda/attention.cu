@@ -112,6 +112,19 @@ __device__ __forceinline__ void plan_splits(int n_kv, int one, int unit, int max
   n_used = (n_kv + len - 1) / len;
 }
 
+// *n_kv capped at n_ctx and, when positive, the split plan of its rows (plan_splits).
+__device__ __forceinline__ int read_n_kv(const DecodeArgs& a, int one, int unit, int& len, int& n_used) {
+  const int n_kv = min(*a.n_kv, a.n_ctx);
+  if (n_kv > 0) plan_splits(n_kv, one, unit, int(gridDim.x), len, n_used);
+  return n_kv;
+}
+
+// No rows to attend to (outside the op's contract): split 0 writes the block's heads as zeros.
+__device__ __forceinline__ void zero_heads(const DecodeArgs& a, int h0, int nh, int hd) {
+  if (blockIdx.x != 0) return;
+  for (int i = threadIdx.x; i < nh * hd; i += kDecodeThreads) a.out[int64_t(h0) * hd + i] = __float2half_rn(0.f);
+}
+
 // Output values d .. d+3 of one head (fewer at the end of an odd-pair head_dim), times `scale`.
 __device__ __forceinline__ void store_out4(__half* out_head, int d, int hd, float4 v, float scale) {
   *reinterpret_cast<uint32_t*>(out_head + d) = float2_to_half2_bits(v.x * scale, v.y * scale);
@@ -283,9 +296,8 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
   DecodeRegs<kHd> r;
   int n_kv = 0, len = 0, n_used = 0;
   if (a.early) {
-    n_kv = min(*a.n_kv, a.n_ctx);
+    n_kv = read_n_kv(a, kChunk, decode_unit(kHd), len, n_used);
     if (n_kv > 0) {
-      plan_splits(n_kv, kChunk, decode_unit(kHd), gridDim.x, len, n_used);
       if (split >= n_used) return;
       load_chunk(r, k_head, v_head, split * len, min(split * len + len, n_kv), warp, g, t);
     }
@@ -299,16 +311,12 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_kernel(const 
     qf[i] = g < nh ? *reinterpret_cast<const float4*>(a.q + int64_t(h0 + g) * kHd + kHd / 4 * t + 4 * i)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  if (!a.early) n_kv = min(*a.n_kv, a.n_ctx);
-  if (n_kv <= 0) {  // nothing to attend to (outside the op's contract): a zero output
-    if (split == 0)
-      for (int i = threadIdx.x; i < nh * kHd; i += kDecodeThreads) a.out[int64_t(h0) * kHd + i] = __float2half_rn(0.f);
+  if (!a.early) n_kv = read_n_kv(a, kChunk, decode_unit(kHd), len, n_used);
+  if (n_kv <= 0) {
+    zero_heads(a, h0, nh, kHd);
     return;
   }
-  if (!a.early) {
-    plan_splits(n_kv, kChunk, decode_unit(kHd), gridDim.x, len, n_used);
-    if (split >= n_used) return;
-  }
+  if (split >= n_used) return;
   const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
   if (a.early && n_kv - 1 < r_begin + kChunk && n_kv - 1 < r_end)  // the newest row is in the first chunk
     load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t, n_kv - 1);
@@ -453,14 +461,12 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kerne
       q[h][i] = h < nh && d < hd ? a.q[int64_t(h0 + h) * hd + d] * a.qscale : 0.f;
     }
   }
-  const int n_kv = min(*a.n_kv, a.n_ctx);
-  if (n_kv <= 0) {  // nothing to attend to (outside the op's contract): a zero output
-    if (split == 0)
-      for (int i = threadIdx.x; i < nh * hd; i += kDecodeThreads) a.out[int64_t(h0) * hd + i] = __float2half_rn(0.f);
+  int len = 0, n_used = 0;
+  const int n_kv = read_n_kv(a, kGenericChunk, kGenericChunk, len, n_used);
+  if (n_kv <= 0) {
+    zero_heads(a, h0, nh, hd);
     return;
   }
-  int len, n_used;
-  plan_splits(n_kv, kGenericChunk, kGenericChunk, gridDim.x, len, n_used);
   if (split >= n_used) return;
   const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
 
