@@ -137,35 +137,44 @@ void print_kernel_summary(const std::vector<TraceRecord>& recs, const char* titl
   }
 }
 
-// The decode critical path: kernels overlap under programmatic dependent launch (a kernel starts
-// while its predecessor runs and waits on the device), so a kernel's own duration overstates what it
-// costs. Its chain time is how much later the stream's last kernel ends because of it: its end minus
-// the end of the kernel before it. Summed over a step this is the step's device span, the gap
-// before a step's first kernel (the host's turn between steps) included.
-void print_chain(const std::vector<TraceRecord>& recs, int steps) {
+// The critical path of a stretch of kernels: kernels overlap under programmatic dependent launch (a
+// kernel starts while its predecessor runs and waits on the device), so a kernel's own duration
+// overstates what it costs. Its chain time is how much later the stream's last kernel ends because
+// of it: its end minus the latest end before it (the first kernel: its duration; an op timed inside
+// another, as the CPU backend times the parts of its fused ops: 0). Summed, the chain times are the
+// device span from the first kernel's start to the last end, gaps included (for decode steps, the
+// host's turn between steps). Totals are divided by `per` (the number of decode steps; 1 for a
+// prefill); returns the span so divided.
+double print_chain(const std::vector<TraceRecord>& recs, const char* title, int per, const char* per_label,
+                   const char* span_label) {
   std::vector<const TraceRecord*> k;
   for (const TraceRecord& r : recs) {
     if (r.kind == TraceRecord::Kind::Kernel) k.push_back(&r);
   }
   std::sort(k.begin(), k.end(), [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
-  std::map<std::string, std::vector<double>> chain;
-  for (size_t i = 1; i < k.size(); ++i) {
-    chain[k[i]->name].push_back((double(k[i]->end_ns) - double(k[i - 1]->end_ns)) / 1e3);
+  // Rows by kernel and grid: one kernel may serve two ops (a prefill's output and down projections).
+  std::map<std::pair<std::string, std::string>, std::vector<double>> chain;
+  uint64_t last_end = k.empty() ? 0 : k[0]->start_ns;
+  for (const TraceRecord* r : k) {
+    chain[{r->name, dims(r->grid)}].push_back(r->end_ns > last_end ? double(r->end_ns - last_end) / 1e3 : 0.0);
+    last_end = std::max(last_end, r->end_ns);
   }
-  std::vector<std::pair<std::string, std::vector<double>>> rows(chain.begin(), chain.end());
+  std::vector<std::pair<std::pair<std::string, std::string>, std::vector<double>>> rows(chain.begin(), chain.end());
   auto total = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
   std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return total(a.second) > total(b.second); });
-  std::printf("\nDecode critical path (CUDA graphs): chain time = a kernel's end minus the previous kernel's end\n");
-  std::printf("%-44s %8s %12s %14s\n", "kernel", "calls", "median (us)", "per step (us)");
-  double step = 0;
-  for (auto& [name, v] : rows) {
+  std::printf("\n%s: chain time = a kernel's end minus the latest end before it\n", title);
+  std::printf("%-44s %-12s %8s %12s %14s\n", "kernel", "grid", "calls", "median (us)", per_label);
+  double span = 0;
+  for (auto& [key, v] : rows) {
     std::vector<double> sorted = v;
     std::sort(sorted.begin(), sorted.end());
-    const double per_step = total(v) / steps;
-    step += per_step;
-    std::printf("%-44s %8zu %12.2f %14.1f\n", name.substr(0, 44).c_str(), v.size(), sorted[sorted.size() / 2], per_step);
+    const double share = total(v) / per;
+    span += share;
+    std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", key.first.substr(0, 44).c_str(), key.second.c_str(), v.size(),
+                sorted[sorted.size() / 2], share);
   }
-  std::printf("%-44s %8s %12s %14.1f\n", "step span", "", "", step);
+  std::printf("%-44s %-12s %8s %12s %14.1f\n", span_label, "", "", "", span);
+  return span;
 }
 
 }  // namespace
@@ -179,11 +188,13 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   const DeviceInfo dev = be.device_info();
   const bool can_capture = be.supports(Op::StepCapture);
 
-  // Prefill, traced on its own.
+  // Prefill, traced on its own, and the host's time from the call to the first token.
   be.set_step_capture(true);
   be.trace_begin();
+  const auto t0 = std::chrono::steady_clock::now();
   m.prefill(prompt.data(), n, 0);
   const int32_t first = m.argmax();
+  const double ttft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   const std::vector<TraceRecord> prefill = be.trace_end();
   // Decode with step capture (the first runs record the graphs, so warm them up untraced).
   decode_runs(m, first, n, steps);
@@ -262,7 +273,16 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   std::printf("%-36s %14.1f %14.1f\n", "idle between kernels (us)", per(graphs.host_us - og.busy_us),
               per(plain.host_us - op.busy_us));
   if (can_capture) std::printf("(the captured decode graph holds %d kernel launches)\n", graph_kernels);
-  if (can_capture) print_chain(graphs.records, steps);
+  if (can_capture) print_chain(graphs.records, "Decode critical path (CUDA graphs)", steps, "per step (us)", "step span");
+
+  // Time to first token: the prefill's device span against the host's time for the same call.
+  char title[96];
+  std::snprintf(title, sizeof title, "Prefill critical path (%d tokens)", n);
+  const double prefill_span = print_chain(prefill, title, 1, "total (us)", "prefill span");
+  std::printf("time to first token (traced): %.1f us on the host = %.1f us of device span + %.1f us outside it\n"
+              "(the launches before the first kernel starts and the token's trip back after the last one ends;\n"
+              "tracing adds to both)\n",
+              ttft_us, prefill_span, ttft_us - prefill_span);
 
   // GEMM table: the matmul kernels of the first decode step, in launch order.
   std::vector<TraceRecord> kernels;
