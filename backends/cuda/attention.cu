@@ -42,7 +42,8 @@
 //       accumulation and the softmax is online, so no (m, n_kv) matrix is ever stored. Q enters the
 //       tensor cores as fp16 hi + lo parts (lo scaled by 2^11 to stay a normal number), which keeps
 //       the scores at fp32 accuracy; P is rounded to fp16 for P·V. Warps skip the cache tiles that
-//       lie entirely after their last row.
+//       lie entirely after their last row. The first tile's copies are requested before q is read,
+//       so that the two trips to memory overlap.
 #include <algorithm>
 #include <cmath>
 
@@ -580,33 +581,9 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
     }
   }
 
-  // Q fragments as fp16 hi and lo·2^11 parts: register r holds row g + 8·(r & 1), columns
-  // 16·kk + 2t + 8·(r >> 1) and the one after.
-  uint32_t qh[kSteps][4], ql[kSteps][4];
-#pragma unroll
-  for (int kk = 0; kk < kSteps; ++kk) {
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int row = row0 + g + (r & 1) * 8, c = kk * 16 + 2 * t + (r >> 1) * 8;
-      float x0 = 0.f, x1 = 0.f;
-      if (row < a.m && c < hd) {
-        const float2 v = *reinterpret_cast<const float2*>(a.q + int64_t(row) * a.q_stride + int64_t(h) * hd + c);
-        x0 = v.x * a.qscale;
-        x1 = v.y * a.qscale;
-      }
-      const __half2 hi = __floats2half2_rn(x0, x1);
-      const float2 hf = __half22float2(hi);
-      qh[kk][r] = float2_to_half2_bits(hf.x, hf.y);
-      ql[kk][r] = float2_to_half2_bits((x0 - hf.x) * 2048.f, (x1 - hf.y) * 2048.f);
-    }
-  }
-
-  float o[kHdp / 8][4] = {};                   // output fragments: rows g, g+8; columns 8·dt + 2t, +1
-  float m_r[2] = {-INFINITY, -INFINITY};       // running maximum of rows g and g+8
-  float l_r[2] = {0.f, 0.f};                   // this thread's part of their running sums
-  for (int kt = 0; kt < n_tiles; ++kt) {
+  // Cache tile kt into Ks and Vs: K, then V, two commit groups.
+  const auto load_tile = [&](int kt) {
     const int k0 = kt * kPrefillKeys;
-    __syncthreads();  // the previous tile is no longer read
     // K, then V: rows past max_key are zeros (never attended; keeps stale cache values out of P·V).
     if (a.vec8) {
       const int per_row = hd / 8;
@@ -633,6 +610,39 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
       }
       cp_async_commit();
       cp_async_commit();
+    }
+  };
+  load_tile(0);  // requested before q is read, so that the two trips to memory overlap
+
+  // Q fragments as fp16 hi and lo·2^11 parts: register r holds row g + 8·(r & 1), columns
+  // 16·kk + 2t + 8·(r >> 1) and the one after.
+  uint32_t qh[kSteps][4], ql[kSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kSteps; ++kk) {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int row = row0 + g + (r & 1) * 8, c = kk * 16 + 2 * t + (r >> 1) * 8;
+      float x0 = 0.f, x1 = 0.f;
+      if (row < a.m && c < hd) {
+        const float2 v = *reinterpret_cast<const float2*>(a.q + int64_t(row) * a.q_stride + int64_t(h) * hd + c);
+        x0 = v.x * a.qscale;
+        x1 = v.y * a.qscale;
+      }
+      const __half2 hi = __floats2half2_rn(x0, x1);
+      const float2 hf = __half22float2(hi);
+      qh[kk][r] = float2_to_half2_bits(hf.x, hf.y);
+      ql[kk][r] = float2_to_half2_bits((x0 - hf.x) * 2048.f, (x1 - hf.y) * 2048.f);
+    }
+  }
+
+  float o[kHdp / 8][4] = {};                   // output fragments: rows g, g+8; columns 8·dt + 2t, +1
+  float m_r[2] = {-INFINITY, -INFINITY};       // running maximum of rows g and g+8
+  float l_r[2] = {0.f, 0.f};                   // this thread's part of their running sums
+  for (int kt = 0; kt < n_tiles; ++kt) {
+    const int k0 = kt * kPrefillKeys;
+    if (kt > 0) {
+      __syncthreads();  // the previous tile is no longer read
+      load_tile(kt);
     }
     cp_async_wait<1>();  // K is here
     __syncthreads();
