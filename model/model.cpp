@@ -406,7 +406,6 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   }
   ScopedRange range(be_, "prefill");
   drop_argmax_download();
-  std::vector<int32_t> ids_pos(size_t(2 * max_batch_));  // one chunk's ids, then its positions
   std::vector<float> row_logits(all_logits ? size_t(cfg_.n_vocab) : 0);
   for (int start = 0; start < n; start += max_batch_) {
     const int m = std::min(max_batch_, n - start);
@@ -420,6 +419,7 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       e.positions = positions;
       e.pos0 = pos0 + start;
     } else {  // ids and positions in one upload
+      std::vector<int32_t> ids_pos(size_t(2 * m));
       std::copy(tokens + start, tokens + start + m, ids_pos.begin());
       for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + start + i;
       be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
