@@ -298,18 +298,24 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   return m;
 }
 
-void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode) {
+void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode,
+                       bool last_row_out) {
   const ModelConfig& c = cfg_;
   float* x = x_.as<float>();
   float* qkv = qkv_.as<float>();
   half_t* attn = attn_.as<half_t>();
   half_t* ffn = ffn_.as<half_t>();
   const float scale = 1.0f / std::sqrt(float(c.head_dim));
-  auto mm = [&](const MatmulDesc& d) { decode ? be_.matmul_m1(d) : be_.matmul(d); };
 
   for (int l = 0; l < c.n_layer; ++l) {
     Layer& L = *layers_[size_t(l)];
     ScopedRange range(be_, "layer");
+    // Rows past the QKV projection: all m, or the last one in the last layer (its x row is `tail`).
+    const bool one_row = last_row_out && l == c.n_layer - 1 && m > 1;
+    const int m_out = one_row ? 1 : m;
+    const size_t tail = one_row ? size_t(m - 1) : 0;
+    float* x_out = x + tail * size_t(c.n_embd);
+    const auto mm = [&](const MatmulDesc& d) { decode || one_row ? be_.matmul_m1(d) : be_.matmul(d); };
 
     // QKV projection with rope and the KV append fused in.
     MatmulDesc q;
@@ -330,7 +336,7 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     q.rope.n_ctx = n_ctx_;
     q.rope.theta = c.rope_theta;
     q.rope.mode = c.rope_mode;
-    mm(q);
+    decode ? be_.matmul_m1(q) : be_.matmul(q);  // every row: the KV cache needs them all
 
     if (decode) {
       AttentionDecodeDesc a;
@@ -348,13 +354,13 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
       be_.attention_decode(a);
     } else {
       AttentionPrefillDesc a;
-      a.q = qkv;
+      a.q = qkv + tail * size_t(c.qkv_dim());
       a.q_row_stride = c.qkv_dim();
       a.k_cache = L.k_cache.as<half_t>();
       a.v_cache = L.v_cache.as<half_t>();
       a.out = attn;
-      a.m = m;
-      a.pos0 = pos0;
+      a.m = m_out;
+      a.pos0 = pos0 + int32_t(tail);
       a.n_head = c.n_head;
       a.n_head_kv = c.n_head_kv;
       a.head_dim = c.head_dim;
@@ -366,26 +372,26 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     MatmulDesc o;
     o.w = L.wo.get();
     o.x = attn;
-    o.y = x;
-    o.m = m;
+    o.y = x_out;
+    o.m = m_out;
     o.accumulate = true;
     mm(o);
 
     MatmulDesc gu;
     gu.w = L.wgu.get();
-    gu.norm_x = x;
+    gu.norm_x = x_out;
     gu.norm_weight = L.ffn_norm.as<float>();
     gu.norm_eps = c.rms_eps;
     gu.epilogue = MatmulEpilogue::SwiGLU;
     gu.out16 = ffn;
-    gu.m = m;
+    gu.m = m_out;
     mm(gu);
 
     MatmulDesc dn;
     dn.w = L.wdown.get();
     dn.x = ffn;
-    dn.y = x;
-    dn.m = m;
+    dn.y = x_out;
+    dn.m = m_out;
     dn.accumulate = true;
     mm(dn);
   }
@@ -426,10 +432,11 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       e.ids = prompt_.as<int32_t>();
     }
     be_.embedding(e);
-    run_layers(m, positions, nullptr, pos0 + start, /*decode=*/false);
-
-    // Logits of every row when asked for, otherwise only of the prompt's last row.
+    // Logits of every row when asked for, otherwise only of the prompt's last row: then the last
+    // layer of the last chunk finishes that row alone.
     const bool last_chunk = start + m == n;
+    run_layers(m, positions, nullptr, pos0 + start, /*decode=*/false, /*last_row_out=*/last_chunk && !all_logits);
+
     if (!all_logits && !last_chunk) continue;
     for (int i = all_logits ? 0 : m - 1; i < m; ++i) {
       MatmulDesc h;

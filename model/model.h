@@ -133,7 +133,11 @@ class Model {
  private:
   struct Layer;
   Model(Backend& be, ModelConfig cfg);
-  void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode);
+  // The layer stack over m rows of x_. Decode steps (m = 1) take the GEMV path; with
+  // `last_row_out`, the last layer computes everything after its QKV projection (which fills the
+  // KV cache for all m rows) for the last row only, the only one the lm_head reads.
+  void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode,
+                  bool last_row_out = false);
   void run_decode_steps(int pos, int n);
   void check_position(int pos) const;
 

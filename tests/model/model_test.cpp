@@ -137,6 +137,32 @@ TEST_P(ModelTest, ChunkedPrefillMatchesWhole) {
   EXPECT_LT(max_abs_diff(a, b), 1e-2f);
 }
 
+// A prefill that needs only the last row's logits finishes the last layer for that row alone (GEMV
+// path after the QKV projection); its logits are the last row of a prefill that computes them all,
+// whole or in chunks (the last chunk of 3 rows, or of 1), and the KV cache it leaves is complete:
+// the decode step after it gives the logits of the longer prompt.
+TEST_P(ModelTest, LastRowPrefillMatchesAllRows) {
+  const std::vector<std::pair<int, int>> cases = {{23, 64}, {23, 5}, {21, 5}, {2, 64}};
+  for (const auto& [n, batch] : cases) {
+    SCOPED_TRACE("prompt of " + std::to_string(n) + " tokens in chunks of " + std::to_string(batch));
+    Loaded l = load(synth_file(arch()), backend(), 256, batch);
+    const int V = l.model->config().n_vocab;
+    const auto toks = test_prompt(n + 1, V);
+    const std::vector<float> every = all_logits(*l.model, std::vector<int32_t>(toks.begin(), toks.end() - 1));
+    const std::vector<float> want(every.end() - V, every.end());
+    l.model->prefill(toks.data(), n, 0);
+    const std::vector<float> got = last_logits(*l.model);
+    // The same function through the GEMV kernels instead of the matmul's: fp32 sums in another order.
+    EXPECT_LT(max_abs_diff(want, got), 1e-2f);
+    EXPECT_EQ(std::max_element(got.begin(), got.end()) - got.begin(), l.model->argmax());
+
+    l.model->decode(toks[size_t(n)], n);
+    const std::vector<float> stepped = last_logits(*l.model);
+    l.model->prefill(toks.data(), n + 1, 0);
+    EXPECT_LT(max_abs_diff(last_logits(*l.model), stepped), 2e-2f);  // as in DecodeContinuesPrefill
+  }
+}
+
 TEST_P(ModelTest, GreedyIsDeterministicAndDecodeAllocatesNothing) {
   Loaded l = load(synth_file(arch()), backend());
   const auto toks = test_prompt(8, l.model->config().n_vocab);
@@ -437,6 +463,10 @@ TEST(CudaEndToEnd, SyntheticQwen25LogitsMatchCpu_cuda) {
   const auto toks = test_prompt(64, cpu.model->config().n_vocab);
   expect_same_top1_and_close(all_logits(*cpu.model, toks), all_logits(*gpu.model, toks), cpu.model->config().n_vocab,
                              "synthetic Qwen2.5-0.5B");
+  // The prompt's last row alone (the last layer on the GEMV path), as generation runs it.
+  for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), 30, 0);
+  expect_same_top1_and_close(last_logits(*cpu.model), last_logits(*gpu.model), cpu.model->config().n_vocab,
+                             "synthetic Qwen2.5-0.5B, last row of 30");
 }
 
 TEST(CudaEndToEnd, SmolLM2LogitsAndGreedyTokensMatchCpu_cuda) {
