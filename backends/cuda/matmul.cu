@@ -1171,23 +1171,20 @@ __device__ __forceinline__ double small_rope_frequency(const SmallArgs& a, int t
 // The rope epilogue: slice 0 of each tile leaves its sums (+ bias) in shared memory (vals, aliasing
 // the staged x), then the block's threads take its rotation pairs row by row. Block-wide.
 template <int kNT>
-__device__ void small_rope_write(const SmallArgs& a, const float (&acc)[kNT][4], int slice, int tile_in_block,
-                                 int tiles_per_block, const int* pos, double freq, float* vals) {
+__device__ void small_rope_write(const SmallArgs& a, const float (&acc)[kNT][4], const float (&bias)[2], int slice,
+                                 int tile_in_block, int tiles_per_block, const int* pos, double freq, float* vals) {
   constexpr int kRows = 8 * kNT;
   const int lane = threadIdx.x & 31;
   const RopeAppendArgs& r = a.rope;
   __syncthreads();  // the slices' partial sums, which vals overwrites, have been read
   if (slice == 0) {
-    const int tile = small_tile<true>(a, int(blockIdx.x) * tiles_per_block + tile_in_block);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int col = small_out_col(tile, lane, 2 * h);
-      const float bias = a.bias && col < a.n_out ? a.bias[col] : 0.f;
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
         for (int e = 2 * h; e < 2 * h + 2; ++e)
-          vals[(tile_in_block * kRows + small_out_row(nt, lane, e)) * 16 + (lane >> 2) + 8 * h] = acc[nt][e] + bias;
+          vals[(tile_in_block * kRows + small_out_row(nt, lane, e)) * 16 + (lane >> 2) + 8 * h] = acc[nt][e] + bias[h];
       }
     }
   }
@@ -1269,8 +1266,26 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   }
 
   const double rope_freq = kRope ? small_rope_frequency(a, tiles_per_block) : 0.0;
+  // The rope epilogue's bias (constant, like the weights) before the wait; for a plain projection
+  // of up to 32 rows without split k (attn_out) slice 0 requests its bias and the y it accumulates
+  // into right after it, so that their trip to memory overlaps the staging of x instead of
+  // following the sums. (SwiGLU's registers, and those of 64 rows, are spoken for.)
+  float rope_bias[2] = {0.f, 0.f};
+  if (kRope && slice == 0 && a.bias) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int col = small_out_col(tile, lane, 2 * h);
+      rope_bias[h] = col < a.n_out ? __ldcs(a.bias + col) : 0.f;
+    }
+  }
+  constexpr bool kEarlyInputs = kA == 1 && !kRope && kNT <= 4;
+  SmallOutInputs<kA> in[kNT];
   grid_dependency_wait();
   allow_dependent_launch();
+  if (kEarlyInputs && a.splits == 1 && slice == 0) {
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) small_out_inputs<kA>(a, tile, nt, lane, in[nt]);
+  }
   small_stage_x<kNT, kThreads>(a, win_block, nw, xs);
   // W8 scales: scale_s[warp][p][i][lane] holds the lane's scale register i of tile p.
   __shared__ uint32_t scale_s[kW8 ? kWarps : 1][kA][SmallWeights<kW8, kA, kMaxW>::kScaleRegs][32];
@@ -1356,14 +1371,15 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
 
   if (a.splits == 1) {
     if constexpr (kRope) {
-      small_rope_write<kNT>(a, acc[0], slice, tile_in_block, tiles_per_block, rope_pos, rope_freq,
+      small_rope_write<kNT>(a, acc[0], rope_bias, slice, tile_in_block, tiles_per_block, rope_pos, rope_freq,
                             reinterpret_cast<float*>(small_smem));
       return;
     }
     if (slice != 0) return;
-    SmallOutInputs<kA> in[kNT];
+    if constexpr (!kEarlyInputs) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) small_out_inputs<kA>(a, tile, nt, lane, in[nt]);
+      for (int nt = 0; nt < kNT; ++nt) small_out_inputs<kA>(a, tile, nt, lane, in[nt]);
+    }
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt) {
       float v[kA][4];
