@@ -2,13 +2,14 @@
 # One pass on a GPU machine: build, the CUDA test suite, compute-sanitizer, and the benchmarks, with
 # every log and figure written into OUT_DIR (default: reports/gpu-<date>). Built for the GPU that is
 # present only (CMAKE_CUDA_ARCHITECTURES=native), without Kokkos if it is absent.
-# Usage: scripts/gpu-check.sh [OUT_DIR] [steps...]   steps: build test sanitize bench sweep (default: all)
+# Usage: scripts/gpu-check.sh [OUT_DIR] [steps...]
+#   steps: build test sanitize bench sweep experiments (default: all)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 out=${1:-reports/gpu-$(date +%Y%m%d-%H%M%S)}
 shift || true
-steps=${*:-build test sanitize bench sweep}
+steps=${*:-build test sanitize bench sweep experiments}
 mkdir -p "$out"
 export PATH="/usr/local/cuda/bin:$PATH"
 build=build-gpu
@@ -60,6 +61,10 @@ fi
 if has sweep; then
   log "context sweep"
   TINY_LLM_BENCH=$bench bash scripts/context-sweep.sh "$out" "$model" > "$out/sweep.log" 2>&1; tail -2 "$out/sweep.log"
+fi
+if has experiments; then
+  log "bench/experiments"
+  $build/persistent_layers_experiment | tee "$out/persistent-layers.txt" | tee -a "$out/summary.txt"
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
