@@ -69,7 +69,7 @@ __device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
 
 // Writes the step's outputs from what the block staged: value i by block i % blocks, so that every
 // block writes in every step (a block that has written its step-s values has finished reading the
-// step's input, which the step after next overwrites). `write(i, v)` stores one value.
+// step's input, which the next step's values overwrite). `write(i, v)` stores one value.
 template <class Write>
 __device__ void finish_step(const float* xs, int n_in, int n_out, Write write) {
   for (int i = int(blockIdx.x + threadIdx.x * gridDim.x); i < n_out; i += int(blockDim.x * gridDim.x))
