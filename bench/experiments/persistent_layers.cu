@@ -8,13 +8,19 @@
 //    before's, as a GEMV reads its x; nothing else is computed, so what is timed is the hand-off.
 //      kernel chain     one kernel per step, 120 launches in a CUDA graph; plain launches, or with
 //                       programmatic dependent launch (the next kernel's blocks wait on the device in
-//                       griddepcontrol.wait, as tiny-llm's decode kernels do).
+//                       griddepcontrol.wait, as tiny-llm's decode kernels do), or with dependent
+//                       launch and tagged values (below) instead of the wait: each kernel lets the
+//                       next one launch at once, and its blocks spin on the values they read.
 //      grid barrier     one cooperative kernel (one block per SM) running the 120 steps; between two
 //                       steps each block adds 1 to a counter (release) and spins until all have
 //                       (acquire).
 //      tagged values    the same kernel without the barrier: each value is written with its step
 //                       number in one 64-bit store, and a reader spins on each value until it
 //                       carries the number of the step before (one trip to memory per hand-off).
+// The three forms write the same values; the tagged ones need every block to write some of each
+// step's values (see finish_step), and the chain needs every kernel of a step to be resident before
+// the next is launched, which dependent launch provides (a kernel's blocks let the next one launch
+// only once all of them run).
 // 2. Weight streaming into shared memory, which a persistent kernel needs in order to request a
 //    layer's weights ahead of the op that uses them: one block per SM copies its share of each of
 //    the 96 weighted ops' weights (QKV, attention output, gate/up and down of 24 layers with their
@@ -67,6 +73,19 @@ __device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+// Stages the n values of a tagged vector into xs, each once it carries `tag` (the block's threads
+// spin on their own values).
+__device__ void stage_tagged(const uint64_t* in, int n, uint32_t tag, float* xs) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    uint64_t u;
+    do u = load_relaxed(in + i);
+    while (uint32_t(u >> 32) != tag);
+    xs[i] = __uint_as_float(uint32_t(u));
+  }
+}
+
+__device__ __forceinline__ uint64_t tagged_value(uint32_t tag, float v) { return uint64_t(tag) << 32 | __float_as_uint(v); }
+
 // Writes the step's outputs from what the block staged: value i by block i % blocks, so that every
 // block writes in every step (a block that has written its step-s values has finished reading the
 // step's input, which the next step's values overwrite). `write(i, v)` stores one value.
@@ -77,20 +96,37 @@ __device__ void finish_step(const float* xs, int n_in, int n_out, Write write) {
 }
 
 // ---- kernel chain ----
-template <bool kPdl>
-__global__ void chain_step(const float* in, float* out, int step) {
+enum ChainMode { kPlain, kDependent, kDependentTagged };
+
+// kDependentTagged: the kernel lets the next one launch at once and, instead of waiting for the
+// previous kernel to finish, spins on its tagged values; the run's number (*epoch, advanced by a
+// kernel at the start of each graph launch) makes the tags of every launch new. Step 0 waits.
+template <int kMode>
+__global__ void chain_step(const float* in, float* out, const uint64_t* tin, uint64_t* tout, const uint32_t* epoch,
+                           int step) {
   __shared__ float xs[kMaxWidth];
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (kPdl) {
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-  }
+  if (kMode == kDependent || (kMode == kDependentTagged && step == 0)) asm volatile("griddepcontrol.wait;" ::: "memory");
+  if (kMode != kPlain) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
   const int n_in = input_width(step);
-  for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = __ldcg(in + i);
-  __syncthreads();
-  finish_step(xs, n_in, width_of(step), [&](int i, float v) { out[i] = v; });
+  if constexpr (kMode == kDependentTagged) {
+    const uint32_t tag = load_acquire(epoch) * kSteps + uint32_t(step);
+    if (step > 0) {
+      stage_tagged(tin, n_in, tag - 1, xs);
+    } else {
+      for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = 1.0f;
+    }
+    __syncthreads();
+    finish_step(xs, n_in, width_of(step), [&](int i, float v) { store_relaxed(tout + i, tagged_value(tag, v)); });
+  } else {
+    for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = __ldcg(in + i);
+    __syncthreads();
+    finish_step(xs, n_in, width_of(step), [&](int i, float v) { out[i] = v; });
+  }
 }
+
+__global__ void advance_epoch(uint32_t* epoch) { ++*epoch; }
 
 // ---- persistent kernels ----
 // run: the launch's number, from 1; it makes the barrier targets and the tags of every launch new.
@@ -103,16 +139,10 @@ __global__ void persistent_steps(uint64_t* tagged0, uint64_t* tagged1, float* pl
     const int n_in = input_width(step);
     const uint32_t tag = run * kSteps + uint32_t(step);  // the number this step's values carry
     if (kTagged) {
-      const uint64_t* in = (step & 1) ? tagged1 : tagged0;
-      for (int i = threadIdx.x; i < n_in; i += blockDim.x) {
-        float v = 1.0f;
-        if (step > 0) {
-          uint64_t u;
-          do u = load_relaxed(in + i);
-          while (uint32_t(u >> 32) != tag - 1);
-          v = __uint_as_float(uint32_t(u));
-        }
-        xs[i] = v;
+      if (step > 0) {
+        stage_tagged((step & 1) ? tagged1 : tagged0, n_in, tag - 1, xs);
+      } else {
+        for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = 1.0f;
       }
     } else {
       if (step > 0) {
@@ -134,7 +164,7 @@ __global__ void persistent_steps(uint64_t* tagged0, uint64_t* tagged1, float* pl
     float* pout = (step & 1) ? plain0 : plain1;
     finish_step(xs, n_in, width_of(step), [&](int i, float v) {
       if (kTagged)
-        store_relaxed(tout + i, uint64_t(tag) << 32 | __float_as_uint(v));
+        store_relaxed(tout + i, tagged_value(tag, v));
       else
         pout[i] = v;
     });
@@ -229,7 +259,8 @@ __global__ void __launch_bounds__(1024, 1) stream_weights(const uint8_t* weights
 struct Buffers {
   uint64_t* tagged[2] = {};
   float* plain[2] = {};
-  uint32_t* arrivals = nullptr;
+  uint32_t* arrivals = nullptr;  // grid barrier
+  uint32_t* epoch = nullptr;     // tagged kernel chain
 };
 
 float elapsed_us(cudaEvent_t a, cudaEvent_t b) {
@@ -240,10 +271,16 @@ float elapsed_us(cudaEvent_t a, cudaEvent_t b) {
 
 constexpr int kReps = 20;
 
-int time_chain(bool pdl, int blocks, int threads, const Buffers& b, cudaStream_t s, float& us_per_step) {
+int time_chain(ChainMode mode, int blocks, int threads, const Buffers& b, cudaStream_t s, float& us_per_step) {
   cudaGraph_t graph;
   cudaGraphExec_t exec;
+  CHECK(cudaMemsetAsync(b.epoch, 0, sizeof(uint32_t), s));
+  CHECK(cudaMemsetAsync(b.tagged[0], 0, kMaxWidth * sizeof(uint64_t), s));
+  CHECK(cudaMemsetAsync(b.tagged[1], 0, kMaxWidth * sizeof(uint64_t), s));
   CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+  if (mode == kDependentTagged) advance_epoch<<<1, 1, 0, s>>>(b.epoch);
+  void (*kernel)(const float*, float*, const uint64_t*, uint64_t*, const uint32_t*, int) =
+      mode == kPlain ? chain_step<kPlain> : mode == kDependent ? chain_step<kDependent> : chain_step<kDependentTagged>;
   for (int step = 0; step < kSteps; ++step) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(blocks);
@@ -253,10 +290,10 @@ int time_chain(bool pdl, int blocks, int threads, const Buffers& b, cudaStream_t
     attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr.val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = &attr;
-    cfg.numAttrs = pdl ? 1 : 0;
-    const float* in = b.plain[step & 1];
-    float* out = b.plain[(step + 1) & 1];
-    CHECK(cudaLaunchKernelEx(&cfg, pdl ? chain_step<true> : chain_step<false>, in, out, step));
+    cfg.numAttrs = mode == kPlain ? 0 : 1;
+    CHECK(cudaLaunchKernelEx(&cfg, kernel, static_cast<const float*>(b.plain[step & 1]), b.plain[(step + 1) & 1],
+                             static_cast<const uint64_t*>(b.tagged[step & 1]), b.tagged[(step + 1) & 1],
+                             static_cast<const uint32_t*>(b.epoch), step));
   }
   CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -321,6 +358,7 @@ int main() {
     CHECK(cudaMemset(b.plain[i], 0, kMaxWidth * sizeof(float)));
   }
   CHECK(cudaMalloc(&b.arrivals, sizeof(uint32_t)));
+  CHECK(cudaMalloc(&b.epoch, sizeof(uint32_t)));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   std::printf("%s, %d SMs: %d dependent steps (24 layers x 5 ops), median of 3 runs of %d repetitions\n", prop.name,
@@ -328,15 +366,16 @@ int main() {
   std::printf("%-34s %-14s %s\n", "hand-off", "grid", "us per step");
   const int sms = prop.multiProcessorCount;
   auto median3 = [](float a, float b, float c) { return a > b ? (b > c ? b : (a > c ? c : a)) : (a > c ? a : (b > c ? c : b)); };
+  const char* chain_names[] = {"kernel chain, plain launch", "kernel chain, dependent launch",
+                               "kernel chain, tagged values"};
   for (int threads : {256, 1024}) {
-    for (bool pdl : {false, true}) {
+    for (ChainMode mode : {kPlain, kDependent, kDependentTagged}) {
       float t[3];
       for (float& v : t)
-        if (time_chain(pdl, sms, threads, b, s, v)) return 1;
+        if (time_chain(mode, sms, threads, b, s, v)) return 1;
       char grid[32];
       std::snprintf(grid, sizeof grid, "%d x %d", sms, threads);
-      std::printf("%-34s %-14s %.2f\n", pdl ? "kernel chain, dependent launch" : "kernel chain, plain launch", grid,
-                  median3(t[0], t[1], t[2]));
+      std::printf("%-34s %-14s %.2f\n", chain_names[mode], grid, median3(t[0], t[1], t[2]));
     }
   }
   for (bool tagged : {false, true}) {
