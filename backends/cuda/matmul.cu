@@ -269,19 +269,6 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
   }
 }
 
-// Σ q[i]·x[i] over the 4 int8 values of w (signed bytes) into d. Byte b, made unsigned by flipping
-// its top bit, is placed in the low mantissa bits of 2^23: the float 2^23 + (b + 128), exact; one
-// subtract of 2^23 + 128 leaves b.
-__device__ __forceinline__ float dot_i8x4(uint32_t w, float4 x, float d) {
-  constexpr float kMagic = 8388736.0f;  // 2^23 + 128
-  const uint32_t u = w ^ 0x80808080u;
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7650)) - kMagic, x.x, d);
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7651)) - kMagic, x.y, d);
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7652)) - kMagic, x.z, d);
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7653)) - kMagic, x.w, d);
-  return d;
-}
-
 // Σ w[i]·x[i] over the 4 fp16 values of (w0, w1) into d.
 __device__ __forceinline__ float dot_h4(uint32_t w0, uint32_t w1, float4 x, float d) {
   const float2 a = half2_bits_to_float2(w0), b = half2_bits_to_float2(w1);

@@ -29,16 +29,10 @@
 #include <cstring>
 #include <vector>
 
-namespace {
+#include "backends/cuda/cuda_common.cuh"
+#include "bench/experiments/experiment.cuh"
 
-#define CHECK(x)                                                                                    \
-  do {                                                                                              \
-    const cudaError_t e_ = (x);                                                                     \
-    if (e_ != cudaSuccess) {                                                                        \
-      std::fprintf(stderr, "persistent_decode: %s failed: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      return 1;                                                                                     \
-    }                                                                                               \
-  } while (0)
+namespace {
 
 constexpr int kE = 896, kF = 4864, kHeads = 14, kKvHeads = 2, kHd = 64, kQkv = (kHeads + 2 * kKvHeads) * kHd;
 constexpr int kLayers = 24, kOps = 5, kCtx = 4096, kThreads = 1024, kWarps = kThreads / 32;
@@ -66,36 +60,13 @@ struct Vectors {
   int n_kv;         // cache rows after this step's append
 };
 
-__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_tagged(uint64_t* p, uint32_t tag, float v) {
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(uint64_t(tag) << 32 | __float_as_uint(v)) : "memory");
-}
-__device__ __forceinline__ float wait_tagged(const uint64_t* p, uint32_t tag) {
-  uint64_t u;
-  do u = load_relaxed(p);
-  while (uint32_t(u >> 32) != tag);
-  return __uint_as_float(uint32_t(u));
-}
+using tllm::cuda::block_sum;
+using tllm::cuda::dot_i8x4;
+using tllm::cuda::warp_max;
+using tllm::cuda::warp_sum;
 
-__device__ __forceinline__ float warp_sum(float v) {
-  for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ float block_sum(float v, float* scratch) {
-  v = warp_sum(v);
-  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = 0.f;
-  for (int w = 0; w < kWarps; ++w) t += scratch[w];
-  __syncthreads();
-  return t;
-}
 __device__ float block_max(float v, float* scratch) {
-  for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = warp_max(v);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
   __syncthreads();
   float t = -INFINITY;
@@ -131,16 +102,6 @@ __device__ __forceinline__ void stage(const uint64_t* tagged, const float* plain
                     __half2float(__float2half_rn(x.z * inv * w.z)), __half2float(__float2half_rn(x.w * inv * w.w)));
   }
   __syncthreads();
-}
-
-__device__ __forceinline__ float dot_i8x4(uint32_t w, float4 x, float d) {
-  constexpr float kMagic = 8388736.0f;  // 2^23 + 128
-  const uint32_t u = w ^ 0x80808080u;
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7650)) - kMagic, x.x, d);
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7651)) - kMagic, x.y, d);
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7652)) - kMagic, x.z, d);
-  d = fmaf(__uint_as_float(__byte_perm(u, 0x4B000000u, 0x7653)) - kMagic, x.w, d);
-  return d;
 }
 
 // A lane's share of one weight row: vectors first, first + step, ... (kN of them, 16 int8 each).

@@ -36,16 +36,9 @@
 #include <cstdint>
 #include <cstdio>
 
-namespace {
+#include "bench/experiments/experiment.cuh"
 
-#define CHECK(x)                                                                                   \
-  do {                                                                                             \
-    const cudaError_t e_ = (x);                                                                    \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "persistent_layers: %s failed: %s (line %d)\n", #x, cudaGetErrorString(e_), __LINE__); \
-      return 1;                                                                                    \
-    }                                                                                              \
-  } while (0)
+namespace {
 
 constexpr int kLayers = 24;
 constexpr int kOps = 5;
@@ -64,27 +57,11 @@ __device__ __forceinline__ uint32_t load_acquire(const uint32_t* p) {
 __device__ __forceinline__ void add_release(uint32_t* p, uint32_t v) {
   asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
-__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.b64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_relaxed(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 // Stages the n values of a tagged vector into xs, each once it carries `tag` (the block's threads
 // spin on their own values).
 __device__ void stage_tagged(const uint64_t* in, int n, uint32_t tag, float* xs) {
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    uint64_t u;
-    do u = load_relaxed(in + i);
-    while (uint32_t(u >> 32) != tag);
-    xs[i] = __uint_as_float(uint32_t(u));
-  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) xs[i] = wait_tagged(in + i, tag);
 }
-
-__device__ __forceinline__ uint64_t tagged_value(uint32_t tag, float v) { return uint64_t(tag) << 32 | __float_as_uint(v); }
 
 // Writes the step's outputs from what the block staged: value i by block i % blocks, so that every
 // block writes in every step (a block that has written its step-s values has finished reading the
@@ -118,7 +95,7 @@ __global__ void chain_step(const float* in, float* out, const uint64_t* tin, uin
       for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = 1.0f;
     }
     __syncthreads();
-    finish_step(xs, n_in, width_of(step), [&](int i, float v) { store_relaxed(tout + i, tagged_value(tag, v)); });
+    finish_step(xs, n_in, width_of(step), [&](int i, float v) { store_tagged(tout + i, tag, v); });
   } else {
     for (int i = threadIdx.x; i < n_in; i += blockDim.x) xs[i] = __ldcg(in + i);
     __syncthreads();
@@ -164,7 +141,7 @@ __global__ void persistent_steps(uint64_t* tagged0, uint64_t* tagged1, float* pl
     float* pout = (step & 1) ? plain0 : plain1;
     finish_step(xs, n_in, width_of(step), [&](int i, float v) {
       if (kTagged)
-        store_relaxed(tout + i, tagged_value(tag, v));
+        store_tagged(tout + i, tag, v);
       else
         pout[i] = v;
     });
