@@ -1,6 +1,7 @@
-// Pieces the standalone experiments share: a CUDA error check for main(), and the 64-bit tagged
-// values through which their kernels hand data from one step to the next (a value and the number
-// of the step that wrote it, in one word, so that a reader spinning on the word sees both at once).
+// Pieces the standalone experiments share: a CUDA error check for main(), the timing of repeated
+// launches, and the 64-bit tagged values through which their kernels hand data from one step to the
+// next (a value and the number of the step that wrote it, in one word, so that a reader spinning on
+// the word sees both at once).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -17,6 +18,29 @@
       return 1;                                                                                           \
     }                                                                                                     \
   } while (0)
+
+// Mean microseconds of one call of `launch` (which queues work on s and returns its cudaError_t)
+// over `reps` calls, after 3 untimed ones; -1 when a call or the timing fails (printed to stderr).
+template <class Launch>
+double time_launches(cudaStream_t s, int reps, Launch&& launch) {
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  cudaError_t err = cudaEventCreate(&e0);
+  if (err == cudaSuccess) err = cudaEventCreate(&e1);
+  for (int i = 0; i < 3 && err == cudaSuccess; ++i) err = launch();
+  if (err == cudaSuccess) err = cudaEventRecord(e0, s);
+  for (int i = 0; i < reps && err == cudaSuccess; ++i) err = launch();
+  if (err == cudaSuccess) err = cudaEventRecord(e1, s);
+  if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+  float ms = 0;
+  if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, e0, e1);
+  if (e0) cudaEventDestroy(e0);
+  if (e1) cudaEventDestroy(e1);
+  if (err != cudaSuccess) {
+    std::fprintf(stderr, "timed launches failed: %s\n", cudaGetErrorString(err));
+    return -1;
+  }
+  return double(ms) * 1e3 / reps;
+}
 
 __device__ __forceinline__ uint64_t load_relaxed(const uint64_t* p) {
   uint64_t v;

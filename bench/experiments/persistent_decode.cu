@@ -358,7 +358,10 @@ int main() {
         for (size_t i = 0; i + 1 < h.size(); i += 2) std::memcpy(&h[i], &s, 2);
       }));
       weight_bytes += double(n * k + n * (k / 32) * 2);
-      if (!layers[l].q[m] || !layers[l].s[m]) return 1;
+      if (!layers[l].q[m] || !layers[l].s[m]) {
+        std::fprintf(stderr, "persistent_decode: could not place the synthetic weights on the GPU\n");
+        return 1;
+      }
     }
     auto ones = [&](size_t n, float value) {
       return static_cast<const float*>(fill(n * 4, [&](std::vector<uint8_t>& h) {
@@ -369,12 +372,18 @@ int main() {
     layers[l].norm[0] = ones(kE, 1.0f);
     layers[l].norm[1] = ones(kE, 1.0f);
     const size_t cache = size_t(kKvHeads) * kCtx * kHd * 2;
-    layers[l].k_cache = static_cast<__half*>(fill(cache, [&](std::vector<uint8_t>& h) {
-      for (size_t i = 0; i + 1 < h.size(); i += 2) { const __half s = __float2half(float(int(rnd() >> 24) % 17 - 8) / 8.f); std::memcpy(&h[i], &s, 2); }
-    }));
-    layers[l].v_cache = static_cast<__half*>(fill(cache, [&](std::vector<uint8_t>& h) {
-      for (size_t i = 0; i + 1 < h.size(); i += 2) { const __half s = __float2half(float(int(rnd() >> 24) % 17 - 8) / 8.f); std::memcpy(&h[i], &s, 2); }
-    }));
+    auto random_halves = [&](std::vector<uint8_t>& h) {  // multiples of 1/8 in [-1, 1]
+      for (size_t i = 0; i + 1 < h.size(); i += 2) {
+        const __half value = __float2half(float(int(rnd() >> 24) % 17 - 8) / 8.f);
+        std::memcpy(&h[i], &value, 2);
+      }
+    };
+    layers[l].k_cache = static_cast<__half*>(fill(cache, random_halves));
+    layers[l].v_cache = static_cast<__half*>(fill(cache, random_halves));
+    if (!layers[l].bias || !layers[l].norm[0] || !layers[l].norm[1] || !layers[l].k_cache || !layers[l].v_cache) {
+      std::fprintf(stderr, "persistent_decode: could not place the synthetic weights on the GPU\n");
+      return 1;
+    }
   }
   CHECK(cudaMemcpyToSymbol(c_layer, layers, sizeof layers));
   Vectors v;
@@ -407,9 +416,6 @@ int main() {
     CHECK(cudaFuncSetAttribute(var.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
   std::printf("%s, %d SMs: %d layers of Qwen2.5-0.5B at batch 1 in one persistent kernel (%d x %d), W8 weights %.1f MB\n",
               prop.name, sms, kLayers, sms, kThreads, weight_bytes / 1e6);
   std::printf("%-38s %-7s %-12s %-13s %s\n", "variant", "n_kv", "us per step", "us per layer", "GB/s (weights)");
@@ -417,15 +423,10 @@ int main() {
     for (int n_kv : {128, 1024, 4096}) {
       v.n_kv = n_kv;
       void* args[] = {&v};
-      for (int i = 0; i < 3; ++i) CHECK(cudaLaunchCooperativeKernel((void*)var.kernel, dim3(sms), dim3(kThreads), args, smem, s));
-      const int reps = 50;
-      CHECK(cudaEventRecord(e0, s));
-      for (int i = 0; i < reps; ++i) CHECK(cudaLaunchCooperativeKernel((void*)var.kernel, dim3(sms), dim3(kThreads), args, smem, s));
-      CHECK(cudaEventRecord(e1, s));
-      CHECK(cudaStreamSynchronize(s));
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      const double us = ms * 1e3 / reps;
+      const double us = time_launches(s, 50, [&] {
+        return cudaLaunchCooperativeKernel((void*)var.kernel, dim3(sms), dim3(kThreads), args, smem, s);
+      });
+      if (us < 0) return 1;
       std::vector<uint64_t> x(kE);
       CHECK(cudaMemcpy(x.data(), v.x, kE * 8, cudaMemcpyDeviceToHost));
       double norm = 0;

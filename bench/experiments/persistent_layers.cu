@@ -240,12 +240,6 @@ struct Buffers {
   uint32_t* epoch = nullptr;     // tagged kernel chain
 };
 
-float elapsed_us(cudaEvent_t a, cudaEvent_t b) {
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  return ms * 1e3f;
-}
-
 constexpr int kReps = 20;
 
 int time_chain(ChainMode mode, int blocks, int threads, const Buffers& b, cudaStream_t s, float& us_per_step) {
@@ -274,20 +268,11 @@ int time_chain(ChainMode mode, int blocks, int threads, const Buffers& b, cudaSt
   }
   CHECK(cudaStreamEndCapture(s, &graph));
   CHECK(cudaGraphInstantiate(&exec, graph, 0));
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  for (int i = 0; i < 3; ++i) CHECK(cudaGraphLaunch(exec, s));
-  CHECK(cudaEventRecord(e0, s));
-  for (int i = 0; i < kReps; ++i) CHECK(cudaGraphLaunch(exec, s));
-  CHECK(cudaEventRecord(e1, s));
-  CHECK(cudaStreamSynchronize(s));
-  us_per_step = elapsed_us(e0, e1) / kReps / kSteps;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  const double us = time_launches(s, kReps, [&] { return cudaGraphLaunch(exec, s); });
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
-  return 0;
+  us_per_step = float(us / kSteps);
+  return us < 0 ? 1 : 0;
 }
 
 int time_persistent(bool tagged, int threads, const Buffers& b, cudaStream_t s, float& us_per_step) {
@@ -298,26 +283,16 @@ int time_persistent(bool tagged, int threads, const Buffers& b, cudaStream_t s, 
   CHECK(cudaMemsetAsync(b.tagged[1], 0, kMaxWidth * sizeof(uint64_t), s));
   void (*kernel)(uint64_t*, uint64_t*, float*, float*, uint32_t*, uint32_t) =
       tagged ? persistent_steps<true> : persistent_steps<false>;
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
   uint32_t run = 1;
-  auto launch = [&]() {
+  const double us = time_launches(s, kReps, [&] {
     void* args[] = {(void*)&b.tagged[0], (void*)&b.tagged[1], (void*)&b.plain[0], (void*)&b.plain[1],
                     (void*)&b.arrivals, &run};
     const cudaError_t e = cudaLaunchCooperativeKernel((void*)kernel, dim3(sms), dim3(threads), args, 0, s);
     ++run;
     return e;
-  };
-  for (int i = 0; i < 3; ++i) CHECK(launch());
-  CHECK(cudaEventRecord(e0, s));
-  for (int i = 0; i < kReps; ++i) CHECK(launch());
-  CHECK(cudaEventRecord(e1, s));
-  CHECK(cudaStreamSynchronize(s));
-  us_per_step = elapsed_us(e0, e1) / kReps / kSteps;
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return 0;
+  });
+  us_per_step = float(us / kSteps);
+  return us < 0 ? 1 : 0;
 }
 
 }  // namespace
@@ -392,16 +367,11 @@ int main() {
     const size_t smem = size_t(depth) * stage_bytes;
     if (smem > size_t(prop.sharedMemPerBlockOptin)) break;
     CHECK(cudaFuncSetAttribute(stream_weights, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 3; ++i) stream_weights<<<sms, 1024, smem, s>>>(weights, w, depth, stage_bytes, sink);
-    CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < kReps; ++i) stream_weights<<<sms, 1024, smem, s>>>(weights, w, depth, stage_bytes, sink);
-    CHECK(cudaEventRecord(e1, s));
-    CHECK(cudaStreamSynchronize(s));
-    CHECK(cudaGetLastError());
-    const double us = elapsed_us(e0, e1) / kReps;
+    const double us = time_launches(s, kReps, [&] {
+      stream_weights<<<sms, 1024, smem, s>>>(weights, w, depth, stage_bytes, sink);
+      return cudaGetLastError();
+    });
+    if (us < 0) return 1;
     char name[40];
     std::snprintf(name, sizeof name, "%d stage%s", depth, depth > 1 ? "s" : "");
     std::printf("%-34s %.0f\n", name, double(w.layer) * kLayers / us * 1e-3);
