@@ -55,7 +55,8 @@
 //                    every bank once; a thread's chunks of x lie in one row, so staging is one
 //                    copy request per chunk at a constant stride. The rmsnorm prologue computes its
 //                    fp16 rows there instead of running as a kernel of its own (each block needs
-//                    whole rows for their sums of squares, in fp64 as the rmsnorm kernel does):
+//                    whole rows for their sums of squares, kept in fp32 per thread and added
+//                    across threads in fp64, see SquareSums):
 //                    where they fit (up to 32 rows of x at k = 896), the block copies the fp32 rows
 //                    and the norm weights into shared memory in one trip with every request in
 //                    flight, then sums and converts from there; otherwise it reads them from global
@@ -920,6 +921,24 @@ __device__ __forceinline__ void small_out_write(const SmallArgs& a, int tile, in
   }
 }
 
+// A thread's share of a row's sum of squares for the short-prompt rmsnorm prologue: four fp32
+// running sums (one per component of a float4), added in fp64 at the end. Every block of a
+// projection sums all m rows (26,880 squares per block at 30 rows of 896), so the arithmetic
+// counts: widening each value to fp64 first, as the rmsnorm kernel does for its one block per row,
+// runs at 16 conversions per clock and multiprocessor, four times slower than the fp32 products.
+// Each fp32 sum takes k / (4·kTPR) squares (28 at k = 896), so its relative error stays below that
+// many units of 2⁻²⁴, well inside the 1e-5 the rmsnorm op allows.
+struct SquareSums {
+  float s[4] = {0.f, 0.f, 0.f, 0.f};
+  __device__ __forceinline__ void add(float4 v) {
+    s[0] = fmaf(v.x, v.x, s[0]);
+    s[1] = fmaf(v.y, v.y, s[1]);
+    s[2] = fmaf(v.z, v.z, s[2]);
+    s[3] = fmaf(v.w, v.w, s[3]);
+  }
+  __device__ __forceinline__ double total() const { return (double(s[0]) + double(s[1])) + (double(s[2]) + double(s[3])); }
+};
+
 // The prologue's 1 / rms of row r from the partial sums of squares of its kTPR consecutive threads
 // (seg 0 .. kTPR - 1), into inv_rms[r] (0 past m). Block-wide: ends with a barrier.
 template <int kRows, int kTPR>
@@ -939,9 +958,10 @@ __device__ __forceinline__ void small_finish_rms(const SmallArgs& a, double ss, 
 // 8·(q % 4) .. + 7 of the window. Thread t writes chunks t, t + kThreads, ...: all in one row, the
 // window advancing by kWinStep, so its source moves by a constant stride.
 //
-// The prologue, out = fp16(x / sqrt(mean(x²) + eps) · weight) as the rmsnorm kernel computes it,
-// needs whole rows: the sum of squares of row r by the kTPR consecutive threads r·kTPR .. + kTPR - 1
-// (256 threads in all), in fp64, added up in a fixed order. With a.raw_offset the block copies its
+// The prologue, out = fp16(x / sqrt(mean(x²) + eps) · weight), needs whole rows: the sum of
+// squares of row r by the kTPR consecutive threads r·kTPR .. + kTPR - 1 (256 threads in all), each
+// thread's share in four fp32 running sums (SquareSums), the threads' sums added in fp64 in a fixed
+// order. With a.raw_offset the block copies its
 // rows (fp32, row stride k + 4 so that rows start 4 banks apart) and the norm weights into shared
 // memory in one trip, all requests in flight at once; otherwise it reads them from global memory.
 template <int kNT, int kThreads>
@@ -984,7 +1004,7 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
 
   const int r = tid / kTPR, seg = tid % kTPR;  // sum of squares: row r, segment seg
   const int units = a.k / 4;                   // float4s of a row (norm_vec: k % 8 == 0)
-  double ss = 0;
+  SquareSums ss;
   if (a.raw_offset) {
     // Rows 0 .. m - 1 and the weights land in shared memory; every request is issued before any
     // is waited for.
@@ -1002,12 +1022,9 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
     __syncthreads();
     if (r < a.m) {
       const float4* xr = reinterpret_cast<const float4*>(raw + r * stride);
-      for (int u = seg; u < units; u += kTPR) {
-        const float4 v = xr[u];
-        ss += double(v.x) * v.x + double(v.y) * v.y + double(v.z) * v.z + double(v.w) * v.w;
-      }
+      for (int u = seg; u < units; u += kTPR) ss.add(xr[u]);
     }
-    small_finish_rms<kRows, kTPR>(a, ss, r, seg, inv_rms);
+    small_finish_rms<kRows, kTPR>(a, ss.total(), r, seg, inv_rms);
     const float inv = inv_rms[row];
     const float* xr = raw + row * stride;
     int kk = kk0;
@@ -1037,14 +1054,13 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
           v[i] = u < units ? reinterpret_cast<const float4*>(xr)[u] : make_float4(0.f, 0.f, 0.f, 0.f);
         }
 #pragma unroll
-        for (int i = 0; i < kSmallNormBatch; ++i)
-          ss += double(v[i].x) * v[i].x + double(v[i].y) * v[i].y + double(v[i].z) * v[i].z + double(v[i].w) * v[i].w;
+        for (int i = 0; i < kSmallNormBatch; ++i) ss.add(v[i]);
       }
     } else {
-      for (int e = seg; e < a.k; e += kTPR) ss += double(xr[e]) * xr[e];
+      for (int e = seg, i = 0; e < a.k; e += kTPR, i = (i + 1) & 3) ss.s[i] = fmaf(xr[e], xr[e], ss.s[i]);
     }
   }
-  small_finish_rms<kRows, kTPR>(a, ss, r, seg, inv_rms);
+  small_finish_rms<kRows, kTPR>(a, ss.total(), r, seg, inv_rms);
   const float inv = inv_rms[row];
   const float* xr = a.norm_x + int64_t(row_ok ? row : 0) * a.k;
   if (a.norm_vec) {
