@@ -178,10 +178,6 @@ struct QkvRopeAppendDesc {
   int n_ctx = 0;
   float theta = 10000.0f;
   RopeMode mode = RopeMode::Normal;
-  // The positions were written before the op that runs just before this one (a decode step: by the
-  // previous step or the host). A backend may then read them, and work out the angles, while that
-  // op finishes.
-  bool pos_settled = false;
 };
 
 enum class MatmulEpilogue : uint8_t {

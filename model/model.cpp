@@ -336,7 +336,6 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     q.rope.n_ctx = n_ctx_;
     q.rope.theta = c.rope_theta;
     q.rope.mode = c.rope_mode;
-    q.rope.pos_settled = decode;  // a decode step's position comes from the previous step or the host
     decode ? be_.matmul_m1(q) : be_.matmul(q);  // every row: the KV cache needs them all
 
     if (decode) {

@@ -113,7 +113,6 @@ struct RopeAppendArgs {
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
   float theta = 0;
   bool neox = false;
-  bool pos_settled = false;        // QkvRopeAppendDesc::pos_settled
 };
 
 RopeAppendArgs rope_append_args(const QkvRopeAppendDesc& r) {
@@ -127,31 +126,20 @@ RopeAppendArgs rope_append_args(const QkvRopeAppendDesc& r) {
   a.n_ctx = r.n_ctx;
   a.theta = r.theta;
   a.neox = r.mode == RopeMode::Neox;
-  a.pos_settled = r.pos_settled;
   return a;
 }
 
-// The rotation of a pair at position pos: the angle pos · freq, its cosine and sine in fp64 as in
-// the rope kernel.
-struct RopeAngle {
-  int pos = 0;
-  double cs = 1.0, sn = 0.0;
-};
-__device__ __forceinline__ RopeAngle rope_angle(int pos, double freq) {
-  RopeAngle r;
-  r.pos = pos;
-  sincos(double(pos) * freq, &r.sn, &r.cs);
-  return r;
-}
-
-// Finishes rotation pair (d0, d1) of head `head` of the qkv row y_row at position ang.pos: q and k
-// heads are turned by the angle, v heads pass through; y gets both values, and k and v heads go to
-// their cache row as fp16.
+// Finishes rotation pair (d0, d1) of head `head` of the qkv row y_row at position pos: q and k
+// heads are turned by the angle pos · freq (fp64, as in the rope kernel), v heads pass through; y
+// gets both values, and k and v heads go to their cache row as fp16.
 __device__ __forceinline__ void rope_append_pair(const RopeAppendArgs& r, float* y_row, int head, int d0, int d1,
-                                                 float v0, float v1, const RopeAngle& ang) {
+                                                 float v0, float v1, double freq, int pos) {
   const int64_t at = int64_t(head) * r.head_dim;
-  const int pos = ang.pos;
-  if (head < r.n_head + r.n_head_kv) rope_turn(v0, v1, ang.cs, ang.sn, v0, v1);
+  if (head < r.n_head + r.n_head_kv) {
+    double sn, cs;
+    sincos(double(pos) * freq, &sn, &cs);
+    rope_turn(v0, v1, cs, sn, v0, v1);
+  }
   y_row[at + d0] = v0;
   y_row[at + d1] = v1;
   if (head < r.n_head || pos < 0 || pos >= r.n_ctx) return;
@@ -434,17 +422,13 @@ __device__ __forceinline__ int rope_row(const GemvArgs& a, int pair, int second)
 }
 
 // The block's rotation pairs, one per thread 0..3: rotates q and k pairs (v heads pass through),
-// writes y and appends the k and v values to the caches at *pos. `vals` holds each warp's row value;
-// `early` the angle worked out before the dependency wait (pos_settled), otherwise it is worked out
-// here from pos and freq.
-__device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* vals, double freq, int pos,
-                                                const RopeAngle& early) {
+// writes y and appends the k and v values to the caches at *pos. `vals` holds each warp's row value.
+__device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* vals, double freq, int pos) {
   const int t = threadIdx.x, pair = int(blockIdx.x) * kRopePairs + t;
   if (t >= kRopePairs || pair >= a.rows / 2) return;
   const int row0 = rope_row(a, pair, 0), row1 = rope_row(a, pair, 1);
   const int head = row0 / a.rope.head_dim, at = head * a.rope.head_dim;
-  rope_append_pair(a.rope, a.y, head, row0 - at, row1 - at, vals[t], vals[t + kRopePairs],
-                   a.rope.pos_settled ? early : rope_angle(pos, freq));
+  rope_append_pair(a.rope, a.y, head, row0 - at, row1 - at, vals[t], vals[t + kRopePairs], freq, pos);
 }
 
 // One block walks its output rows (the grid as stride) in batches of kBatch vectors per lane and
@@ -477,18 +461,16 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   GemvBatch<kRows, kBatch> w;
   gemv_load<kW8>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
   double freq = 0.0;
-  RopeAngle angle;  // with pos_settled: the position is final already, and so is the angle
   if (kRope && threadIdx.x < kRopePairs) {
     const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
     const int half = a.rope.head_dim >> 1;
     freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta);
-    if (a.rope.pos_settled) angle = rope_angle(__ldcs(a.rope.pos), freq);
   }
   const bool writer = slice == 0 && lane == 0;
   GemvEpilogueInputs<kRows> epi;
   grid_dependency_wait();
   allow_dependent_launch();
-  const int pos = kRope && threadIdx.x < kRopePairs && !a.rope.pos_settled ? *a.rope.pos : 0;
+  const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
   gemv_epilogue_inputs<kRows>(a, row, writer, epi);  // in flight while x is staged
   stage_x<kW8, kNorm>(a, xs);
   __syncthreads();
@@ -518,7 +500,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     if constexpr (kRope) {
       if (writer) rope_vals[warp] = row < a.rows ? v[0] + epi.bias[0] : 0.f;
       __syncthreads();
-      gemv_rope_write(a, rope_vals, freq, pos, angle);
+      gemv_rope_write(a, rope_vals, freq, pos);
     } else if (writer) {
       gemv_write<kRows>(a, row, v, epi, best);
     }
@@ -1216,7 +1198,7 @@ __device__ void small_rope_write(const SmallArgs& a, const float (&acc)[kNT][4],
   const int head = q.c0 / r.head_dim, at = head * r.head_dim;
   for (int row = int(threadIdx.x) / pairs; row < a.m; row += int(blockDim.x) / pairs) {
     rope_append_pair(r, a.y + int64_t(row) * a.n, head, q.c0 - at, q.c1 - at, vals[(q.t0 * kRows + row) * 16 + q.l0],
-                     vals[(q.t1 * kRows + row) * 16 + q.l1], rope_angle(pos[row], freq));
+                     vals[(q.t1 * kRows + row) * 16 + q.l1], freq, pos[row]);
   }
 }
 
