@@ -1,7 +1,7 @@
-// Pieces the standalone experiments share: a CUDA error check for main(), the timing of repeated
-// launches, and the 64-bit tagged values through which their kernels hand data from one step to the
-// next (a value and the number of the step that wrote it, in one word, so that a reader spinning on
-// the word sees both at once).
+// Pieces the standalone experiments share: a CUDA error check and the device query for main(), the
+// timing of repeated launches, and the 64-bit tagged values through which their kernels hand data
+// from one step to the next (a value and the number of the step that wrote it, in one word, so that
+// a reader spinning on the word sees both at once).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,6 +18,14 @@
       return 1;                                                                                           \
     }                                                                                                     \
   } while (0)
+
+// Fills prop with device 0's properties; false, after printing "<name>: no CUDA device visible",
+// when there is none.
+inline bool device_properties(const char* name, cudaDeviceProp& prop) {
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) return true;
+  std::fprintf(stderr, "%s: no CUDA device visible\n", name);
+  return false;
+}
 
 // Mean microseconds of one call of `launch` (which queues work on s and returns its cudaError_t)
 // over `reps` calls, after 3 untimed ones; -1 when a call or the timing fails (printed to stderr).

@@ -322,10 +322,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_layers(Vectors v) {
 
 int main() {
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    std::fprintf(stderr, "persistent_decode: no CUDA device visible\n");
-    return 1;
-  }
+  if (!device_properties("persistent_decode", prop)) return 1;
   const int sms = prop.multiProcessorCount;
   if (sms * kWarps < kE * kDownSlices || sms < kHeads) {
     std::fprintf(stderr, "persistent_decode: needs %d warps resident at once\n", kE * kDownSlices);

@@ -299,10 +299,7 @@ int time_persistent(bool tagged, int threads, const Buffers& b, cudaStream_t s, 
 
 int main() {
   cudaDeviceProp prop;
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) {
-    std::fprintf(stderr, "persistent_layers: no CUDA device visible\n");
-    return 1;
-  }
+  if (!device_properties("persistent_layers", prop)) return 1;
   Buffers b;
   for (int i = 0; i < 2; ++i) {
     CHECK(cudaMalloc(&b.tagged[i], kMaxWidth * sizeof(uint64_t)));
