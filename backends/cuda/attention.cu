@@ -6,9 +6,10 @@
 // at 128 rows of the benchmarked model, 2 MB at 4096), so the kernels keep many loads in flight and
 // take as few dependent trips to memory as possible.
 //   Splits. A block (8 warps; 4 in the generic kernel) takes up to 8 query heads of one KV head
-//       (each K and V row is read once for all of them) and one split of the rows. The grid (splits, n_head_kv, head tiles) is
-//       sized for n_ctx; each block reads *n_kv and works out the split length, and the blocks past
-//       the last split exit at once, so a captured decode step stays valid as the context grows.
+//       (each K and V row is read once for all of them) and one split of the rows. The grid
+//       (splits, n_head_kv, head tiles) is sized for n_ctx; each block reads *n_kv and works out
+//       the split length, and the blocks past the last split exit at once, so a captured decode
+//       step stays valid as the context grows.
 //       Up to one chunk (what a block loads at once: 64 KB of K and V, 256 rows at head_dim 64)
 //       there is one split and the block writes the fp16 output itself: a block moves that in about
 //       one trip to memory, less than a combine costs. Past it, splits are whole half chunks, as
@@ -100,7 +101,7 @@ struct DecodeShared {
   float m[kWarps][kDecodeHeads];       // the warp's maximum score per head (-inf: no rows)
   float l[kWarps][kDecodeHeads];       // Σ exp2(s - m) over the warp's rows
   float o[kWarps][kDecodeHeads][kHd];  // Σ exp2(s - m) · v, head_dim padded to 4 with zeros
-  float w[kDecodeHeads][kMaxSplits];         // exp2(m_s - M) / L of each split
+  float w[kDecodeHeads][kMaxSplits];   // exp2(m_s - M) / L of each split
   bool is_last;
 };
 
