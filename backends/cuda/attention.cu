@@ -64,6 +64,7 @@ constexpr int kMaxHeadDim = 256;
 constexpr int kDecodeWarps = 4;     // the generic kernel's blocks
 constexpr int kDecodeThreads = 32 * kDecodeWarps;
 constexpr int kDecodeMmaWarps = 8;  // the tensor-core kernel's blocks
+constexpr int kDecodeMmaThreads = 32 * kDecodeMmaWarps;
 constexpr int kDecodeHeads = 8;     // query heads per block: the n = 8 side of the mma tile
 constexpr int kMaxSplits = 64;      // splits per (KV head, head tile): bounds the last block's combine
 constexpr int kCombineBatch = 16;   // split partials the combine loads at once (one trip to L2)
@@ -96,7 +97,7 @@ struct DecodeArgs {
 };
 
 // What each warp of a block leaves for the block's combine, then the split weights of the combine.
-template <int kHd, int kWarps = kDecodeWarps>
+template <int kHd, int kWarps>
 struct DecodeShared {
   float m[kWarps][kDecodeHeads];       // the warp's maximum score per head (-inf: no rows)
   float l[kWarps][kDecodeHeads];       // Σ exp2(s - m) over the warp's rows
@@ -282,7 +283,7 @@ __device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_h
 //       the transposes of the score fragments as fp16. Lane (g, t) accumulates heads 2t, 2t + 1 at
 //       dims (head_dim / 8)·g + 2j, + 1.
 template <int kHd>
-__global__ void __launch_bounds__(32 * kDecodeMmaWarps) attention_decode_kernel(const DecodeArgs a) {
+__global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(const DecodeArgs a) {
   constexpr int kSteps = decode_steps(kHd), kChunk = decode_chunk(kHd);
   constexpr int kKWords = kHd / 8, kVWords = kHd / 16;
   __shared__ __align__(16) DecodeShared<kHd, kDecodeMmaWarps> sh;
@@ -449,7 +450,7 @@ __global__ void __launch_bounds__(32 * kDecodeMmaWarps) attention_decode_kernel(
 
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kernel(const DecodeArgs a) {
   constexpr int kPer = kMaxHeadDim / 32;  // dims per lane: lane + 32·i
-  __shared__ __align__(16) DecodeShared<kMaxHeadDim> sh;
+  __shared__ __align__(16) DecodeShared<kMaxHeadDim, kDecodeWarps> sh;
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int split = blockIdx.x, kvh = blockIdx.y, hd = a.head_dim;
@@ -804,9 +805,9 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   if (!tensor) {
     launch(attention_decode_generic_kernel, grid, dim3(kDecodeThreads), 0, a);
   } else if (d.head_dim == 64) {
-    launch(attention_decode_kernel<64>, grid, dim3(32 * kDecodeMmaWarps), 0, a);
+    launch(attention_decode_kernel<64>, grid, dim3(kDecodeMmaThreads), 0, a);
   } else {
-    launch(attention_decode_kernel<128>, grid, dim3(32 * kDecodeMmaWarps), 0, a);
+    launch(attention_decode_kernel<128>, grid, dim3(kDecodeMmaThreads), 0, a);
   }
 }
 
