@@ -19,8 +19,8 @@
 //       combines the splits in split order (deterministic), writes the output and resets the counter
 //       for the next call. Up to kCombineBatch splits (2,048 rows at head_dim 64) the combine is one
 //       trip to L2, each thread loading every split's maximum, sum and values at once (measured on
-//       an H200: 1,866–1,871 against 1,844–1,849 tok/s at 512 rows of context, 1,858–1,860 against
-//       1,837–1,839 at 1,024); past that, the splits' weights come first and their values follow
+//       an H200: 1,879–1,881 against 1,862–1,864 tok/s at 512 rows of context, 1,867–1,869 against
+//       1,852 at 1,024); past that, the splits' weights come first and their values follow
 //       in batches (a single pass of batches with a running maximum lost there: 1,722 against 1,768
 //       tok/s at 4,096).
 //   attention_decode_kernel<head_dim>  head_dim 64 or 128, 16-byte aligned q and caches, on tensor
