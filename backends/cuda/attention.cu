@@ -137,6 +137,11 @@ __device__ __forceinline__ void zero_heads(const DecodeArgs& a, int h0, int nh, 
   for (int i = threadIdx.x; i < nh * hd; i += int(blockDim.x)) a.out[int64_t(h0) * hd + i] = __float2half_rn(0.f);
 }
 
+// acc + w · x, per component (one fused multiply-add each).
+__device__ __forceinline__ float4 fma4(float w, float4 x, float4 acc) {
+  return make_float4(fmaf(w, x.x, acc.x), fmaf(w, x.y, acc.y), fmaf(w, x.z, acc.z), fmaf(w, x.w, acc.w));
+}
+
 // Output values d .. d+3 of one head (fewer at the end of an odd-pair head_dim), times `scale`.
 __device__ __forceinline__ void store_out4(__half* out_head, int d, int hd, float4 v, float scale) {
   *reinterpret_cast<uint32_t*>(out_head + d) = float2_to_half2_bits(v.x * scale, v.y * scale);
@@ -162,7 +167,7 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
       const float c = exp2f(sh.m[w][h] - m);  // 0 for a warp without rows
       const float4 x = *reinterpret_cast<const float4*>(&sh.o[w][h][d]);
       l = fmaf(c, sh.l[w][h], l);
-      o = make_float4(fmaf(c, x.x, o.x), fmaf(c, x.y, o.y), fmaf(c, x.z, o.z), fmaf(c, x.w, o.w));
+      o = fma4(c, x, o);
     }
     if (n_used == 1) {
       store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
@@ -209,7 +214,7 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
       for (int s = 0; s < kCombineBatch; ++s) {
         const float e = exp2f(ml[s].x - mx);  // 0 past the last split
         l = fmaf(e, ml[s].y, l);
-        o = make_float4(fmaf(e, x[s].x, o.x), fmaf(e, x[s].y, o.y), fmaf(e, x[s].z, o.z), fmaf(e, x[s].w, o.w));
+        o = fma4(e, x[s], o);
       }
       store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
     }
@@ -248,7 +253,7 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
 #pragma unroll
       for (int j = 0; j < kCombineBatch; ++j) {
         const float w = sh.w[h][s0 + j];
-        o = make_float4(fmaf(w, x[j].x, o.x), fmaf(w, x[j].y, o.y), fmaf(w, x[j].z, o.z), fmaf(w, x[j].w, o.w));
+        o = fma4(w, x[j], o);
       }
     }
     store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f);
