@@ -50,9 +50,11 @@
 //       64 cache rows go through shared memory; S = Q·Kᵀ and O += P·V use mma.sync m16n8k16 with fp32
 //       accumulation and the softmax is online, so no (m, n_kv) matrix is ever stored. Q enters the
 //       tensor cores as fp16 hi + lo parts (lo scaled by 2^11 to stay a normal number), which keeps
-//       the scores at fp32 accuracy; P is rounded to fp16 for P·V. Warps skip the cache tiles that
-//       lie entirely after their last row. The first tile's copies are requested before q is read,
-//       so that the two trips to memory overlap.
+//       the scores at fp32 accuracy; P is rounded to fp16 for P·V. Warps skip the cache tiles, and the
+//       16-key parts of a tile, that lie entirely after their last row (a 30-token prompt uses half
+//       of its one tile), and a warp whose rows all lie past m only helps with the copies. Measured on
+//       an H200, TTFT of the "你好" chat prompt (30 tokens): 1.068–1.076 → 1.048–1.050 ms. The first
+//       tile's copies are requested before q is read, so that the two trips to memory overlap.
 #include <algorithm>
 #include <cmath>
 
@@ -596,6 +598,19 @@ struct PrefillArgs {
   bool vec8 = false;                // head_dim % 8 == 0 and 16-byte aligned caches
 };
 
+// Rows k0 .. k0 + kPrefillKeys - 1 of one cache into a shared tile in 16-byte copies (per_row of them
+// per row); rows past max_key are zeros (never attended; keeps stale cache values out of P·V).
+// Inlined, a constant per_row (head_dim = kHdp) leaves the index arithmetic without a division.
+template <int kLd>
+__device__ __forceinline__ void prefill_copy_tile(int per_row, __half (*dst)[kLd], const __half* src, int k0,
+                                                  int max_key, int hd) {
+  for (int i = threadIdx.x; i < kPrefillKeys * per_row; i += kPrefillThreads) {
+    const int r = i / per_row, c = (i % per_row) * 8;
+    const bool ok = k0 + r <= max_key;
+    cp_async16(&dst[r][c], ok ? src + int64_t(k0 + r) * hd + c : src, ok ? 16 : 0);
+  }
+}
+
 // kHdp: head_dim rounded up to 64 or 128 (the padding is zeros).
 template <int kHdp>
 __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(const PrefillArgs a) {
@@ -631,19 +646,15 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
   // Cache tile kt into Ks and Vs: K, then V, two commit groups.
   const auto load_tile = [&](int kt) {
     const int k0 = kt * kPrefillKeys;
-    // K, then V: rows past max_key are zeros (never attended; keeps stale cache values out of P·V).
     if (a.vec8) {
-      const int per_row = hd / 8;
-      for (int i = tid; i < kPrefillKeys * per_row; i += kPrefillThreads) {
-        const int r = i / per_row, c = (i % per_row) * 8;
-        const bool ok = k0 + r <= max_key;
-        cp_async16(&Ks[r][c], ok ? k_head + int64_t(k0 + r) * hd + c : k_head, ok ? 16 : 0);
-      }
-      cp_async_commit();
-      for (int i = tid; i < kPrefillKeys * per_row; i += kPrefillThreads) {
-        const int r = i / per_row, c = (i % per_row) * 8;
-        const bool ok = k0 + r <= max_key;
-        cp_async16(&Vs[r][c], ok ? v_head + int64_t(k0 + r) * hd + c : v_head, ok ? 16 : 0);
+      if (hd == kHdp) {
+        prefill_copy_tile<kLd>(kHdp / 8, Ks, k_head, k0, max_key, hd);
+        cp_async_commit();
+        prefill_copy_tile<kLd>(kHdp / 8, Vs, v_head, k0, max_key, hd);
+      } else {
+        prefill_copy_tile<kLd>(hd / 8, Ks, k_head, k0, max_key, hd);
+        cp_async_commit();
+        prefill_copy_tile<kLd>(hd / 8, Vs, v_head, k0, max_key, hd);
       }
       cp_async_commit();
     } else {
@@ -694,7 +705,10 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
     cp_async_wait<1>();  // K is here
     __syncthreads();
 
-    const bool active = k0 <= warp_max_key;  // a tile wholly after the warp's rows adds nothing
+    // A tile wholly after the warp's rows adds nothing, nor do its 16-key parts after them (a 30-token
+    // prompt: half of tile 0), nor anything to a warp whose rows all lie past m.
+    const int live = row0 < a.m && k0 <= warp_max_key ? min(kPrefillKeys / 16, (warp_max_key - k0) / 16 + 1) : 0;
+    const bool active = live > 0;
     float s[kPrefillKeys / 8][4];
     if (active) {
       float sl[kPrefillKeys / 8][4];
@@ -707,6 +721,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
       for (int kk = 0; kk < kSteps; ++kk) {
 #pragma unroll
         for (int np = 0; np < kPrefillKeys / 16; ++np) {
+          if (np >= live) break;  // warp-uniform
           uint32_t kb[4];
           ldmatrix_x4(kb, &Ks[np * 16 + (lane >> 4) * 8 + (lane & 7)][kk * 16 + ((lane >> 3) & 1) * 8]);
           mma_16816(s[2 * np], qh[kk], kb[0], kb[1]);
@@ -738,9 +753,13 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kPrefillKeys / 8; ++nt) {
-          s[nt][2 * r2] = exp2f(s[nt][2 * r2] - m_new);
-          s[nt][2 * r2 + 1] = exp2f(s[nt][2 * r2 + 1] - m_new);
-          sum += s[nt][2 * r2] + s[nt][2 * r2 + 1];
+          if (nt / 2 < live) {  // the others hold -inf scores only
+            s[nt][2 * r2] = exp2f(s[nt][2 * r2] - m_new);
+            s[nt][2 * r2 + 1] = exp2f(s[nt][2 * r2 + 1] - m_new);
+            sum += s[nt][2 * r2] + s[nt][2 * r2 + 1];
+          } else {
+            s[nt][2 * r2] = s[nt][2 * r2 + 1] = 0.f;
+          }
         }
         l_r[r2] = l_r[r2] * c + sum;
 #pragma unroll
@@ -755,6 +774,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
     if (active) {
 #pragma unroll
       for (int j = 0; j < kPrefillKeys / 16; ++j) {
+        if (j >= live) break;  // warp-uniform: P is zero there
         // P as the A operand: the score fragments of key tiles 2j and 2j+1, rounded to fp16.
         const uint32_t pa[4] = {float2_to_half2_bits(s[2 * j][0], s[2 * j][1]),
                                 float2_to_half2_bits(s[2 * j][2], s[2 * j][3]),

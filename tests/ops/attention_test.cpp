@@ -29,8 +29,9 @@ struct Heads {
 };
 
 // Qwen2.5-0.5B (14/2), SmolLM2 (9/3), no grouping with an odd count (7/7), one KV head (3/1),
-// groups of 8 and 20 query heads, head_dim 64 and 128.
-const Heads kHeads[] = {{14, 2, 64}, {9, 3, 64}, {7, 7, 64}, {3, 1, 128}, {16, 2, 128}, {40, 2, 64}};
+// groups of 8 and 20 query heads, head_dim 64 and 128, and head_dim 80 (padded to 128 in prefill;
+// the generic decode kernel).
+const Heads kHeads[] = {{14, 2, 64}, {9, 3, 64}, {7, 7, 64}, {3, 1, 128}, {16, 2, 128}, {40, 2, 64}, {4, 2, 80}};
 
 constexpr float kPoison = 1000.0f;
 
@@ -224,6 +225,7 @@ TEST_P(AttentionTest, PrefillFromStart) {
   for (const Heads& hd : kHeads) {
     check_prefill(rng, hd, 256, 1, 0, 2.0f, false);
     check_prefill(rng, hd, 256, 17, 0, 2.0f, false);
+    check_prefill(rng, hd, 256, 30, 0, 2.0f, false);  // the benchmark's chat prompt: rows past m in a block
   }
 }
 
@@ -232,6 +234,7 @@ TEST_P(AttentionTest, PrefillAfterCachedRows) {
   for (const Heads& hd : kHeads) {
     check_prefill(rng, hd, 256, 5, 11, 2.0f, false);
     check_prefill(rng, hd, 256, 64, 100, 2.0f, false);
+    check_prefill(rng, hd, 256, 100, 37, 2.0f, false);  // two row blocks, tiles across the prompt's start
   }
   check_prefill(rng, kHeads[0], 256, 16, 240, 2.0f, false);  // the chunk ends at the last cache row
 }
