@@ -837,7 +837,11 @@ __host__ __device__ constexpr int small_max_windows(bool w8, bool swiglu, int nt
 // blocks per multiprocessor may have, and one 12-warp block per multiprocessor still holds all of
 // ffn_gate_up's weights at once (102 blocks). The others take 8 (two blocks per multiprocessor).
 __host__ __device__ constexpr int small_warps(bool swiglu, int nt) { return swiglu && nt <= 4 ? 12 : 8; }
-__host__ __device__ constexpr int small_min_blocks(bool swiglu) { return swiglu ? 1 : 2; }
+// With k split over blocks (ffn_down), a plain projection of up to 32 rows of x takes blocks of 16
+// warps (4 tiles) instead of 8: the split already gives blocks enough (70 at m = 30), and half as
+// many stage x and meet at the arrival counters.
+constexpr int kSmallWideWarps = 16;
+__host__ __device__ constexpr int small_min_blocks(bool swiglu, int warps) { return swiglu || warps > 8 ? 1 : 2; }
 
 struct SmallArgs {
   const int8_t* q = nullptr;       // W8: (n, k)
@@ -1206,10 +1210,10 @@ __device__ void small_rope_write(const SmallArgs& a, const float (&acc)[kNT][4],
 // y (m <= 64 rows) = x · Wᵀ for short prompts; see the top of the file. Warp w of a block takes
 // tile blockIdx.x · (warps / slices) + w / slices (16 output columns: 16 weight rows, or 16 gate and
 // 16 up rows) over windows [first, first + groups), first = (blockIdx.y · slices + w % slices) · groups.
-template <bool kW8, bool kSwiGLU, int kNT, bool kRope>
+template <bool kW8, bool kSwiGLU, int kNT, bool kRope, int kWarps>
 __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   static_assert(!(kSwiGLU && kRope), "one epilogue at a time");
-  constexpr int kWarps = small_warps(kSwiGLU, kNT), kThreads = 32 * kWarps;
+  constexpr int kThreads = 32 * kWarps;
   constexpr int kA = kSwiGLU ? 2 : 1;
   constexpr int kRows = 8 * kNT;  // rows of x staged, m rounded up
   constexpr int kMaxW = small_max_windows(kW8, kSwiGLU, kNT);
@@ -1442,11 +1446,10 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
 
 // The kernel, named after its fusions so that profiler filters on the op stems find them:
 // "rmsnorm" (the prologue), "rope" (the QKV projection's epilogue).
-#define TLLM_SMALL_KERNEL(name, rope)                                                        \
-  template <bool kW8, bool kSwiGLU, int kNT>                                                 \
-  __global__ void __launch_bounds__(32 * small_warps(kSwiGLU, kNT), small_min_blocks(kSwiGLU)) \
-      name(const SmallArgs a) {                                                              \
-    small_matmul<kW8, kSwiGLU, kNT, rope>(a);                                                \
+#define TLLM_SMALL_KERNEL(name, rope)                                                                       \
+  template <bool kW8, bool kSwiGLU, int kNT, int kWarps = small_warps(kSwiGLU, kNT)>                        \
+  __global__ void __launch_bounds__(32 * kWarps, small_min_blocks(kSwiGLU, kWarps)) name(const SmallArgs a) { \
+    small_matmul<kW8, kSwiGLU, kNT, rope, kWarps>(a);                                                       \
   }
 TLLM_SMALL_KERNEL(matmul_prefill_small, false)
 TLLM_SMALL_KERNEL(matmul_prefill_small_rmsnorm, false)
@@ -1456,10 +1459,20 @@ TLLM_SMALL_KERNEL(matmul_prefill_small_rmsnorm_rope, true)
 
 using SmallKernel = void (*)(SmallArgs);
 
-// The kernel for an epilogue (SwiGLU, rope or none), the rmsnorm prologue (norm) and 8-row tiles
-// of x (nt); null for SwiGLU with rope.
+// The kernel for an epilogue (SwiGLU, rope or none), the rmsnorm prologue (norm), 8-row tiles of x
+// (nt) and blocks of small_warps or, with wide, kSmallWideWarps warps (a plain projection with
+// split k); null where there is none (SwiGLU with rope, or wide with an epilogue or 64 rows).
 template <bool kW8, bool kSwiGLU, int kNT>
-SmallKernel small_kernel_named(bool norm, bool rope) {
+SmallKernel small_kernel_named(bool norm, bool rope, bool wide) {
+  if (wide) {
+    if constexpr (kSwiGLU || kNT > 4) {
+      return nullptr;
+    } else {
+      if (rope) return nullptr;
+      return norm ? matmul_prefill_small_rmsnorm<kW8, false, kNT, kSmallWideWarps>
+                  : matmul_prefill_small<kW8, false, kNT, kSmallWideWarps>;
+    }
+  }
   if constexpr (kSwiGLU) {
     if (rope) return nullptr;
   } else if (rope) {
@@ -1469,18 +1482,19 @@ SmallKernel small_kernel_named(bool norm, bool rope) {
 }
 
 template <bool kW8, bool kSwiGLU>
-SmallKernel small_kernel_of(int nt, bool norm, bool rope) {
+SmallKernel small_kernel_of(int nt, bool norm, bool rope, bool wide) {
   switch (nt) {
-    case 1: return small_kernel_named<kW8, kSwiGLU, 1>(norm, rope);
-    case 2: return small_kernel_named<kW8, kSwiGLU, 2>(norm, rope);
-    case 4: return small_kernel_named<kW8, kSwiGLU, 4>(norm, rope);
-    default: return small_kernel_named<kW8, kSwiGLU, 8>(norm, rope);
+    case 1: return small_kernel_named<kW8, kSwiGLU, 1>(norm, rope, wide);
+    case 2: return small_kernel_named<kW8, kSwiGLU, 2>(norm, rope, wide);
+    case 4: return small_kernel_named<kW8, kSwiGLU, 4>(norm, rope, wide);
+    default: return small_kernel_named<kW8, kSwiGLU, 8>(norm, rope, wide);
   }
 }
 
-SmallKernel small_kernel(bool w8, bool swiglu, bool norm, bool rope, int nt) {
-  if (w8) return swiglu ? small_kernel_of<true, true>(nt, norm, rope) : small_kernel_of<true, false>(nt, norm, rope);
-  return swiglu ? small_kernel_of<false, true>(nt, norm, rope) : small_kernel_of<false, false>(nt, norm, rope);
+SmallKernel small_kernel(bool w8, bool swiglu, bool norm, bool rope, int nt, bool wide) {
+  if (w8)
+    return swiglu ? small_kernel_of<true, true>(nt, norm, rope, wide) : small_kernel_of<true, false>(nt, norm, rope, wide);
+  return swiglu ? small_kernel_of<false, true>(nt, norm, rope, wide) : small_kernel_of<false, false>(nt, norm, rope, wide);
 }
 
 // Launch shape of matmul_prefill_small (see the top of the file).
@@ -1507,7 +1521,7 @@ SmallPlan small_plan(int m, int windows, int tiles, bool w8, bool swiglu, size_t
   p.splits = int(ceil_div(windows, p.slices * p.groups));
   p.groups = int(ceil_div(windows, int64_t(p.slices) * p.splits));  // even shares
   p.splits = int(ceil_div(windows, p.slices * p.groups));
-  p.warps = small_warps(swiglu, p.nt);
+  p.warps = !swiglu && p.nt <= 4 && p.splits > 1 ? kSmallWideWarps : small_warps(swiglu, p.nt);
   const int tiles_per_block = p.warps / p.slices;
   p.row_blocks = ceil_div(tiles, tiles_per_block);
   const size_t partial_sums = size_t(tiles_per_block) * (p.slices - 1) * (swiglu ? 2 : 1) * p.nt * 32 * sizeof(float4);
@@ -1563,8 +1577,11 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
         for (int nt : {1, 2, 4, 8}) {
           for (bool norm : {false, true}) {
             for (bool rope : {false, true}) {
-              if (const SmallKernel k = small_kernel(w8, swiglu, norm, rope, nt))
-                CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_limit())));
+              for (bool wide : {false, true}) {
+                if (const SmallKernel k = small_kernel(w8, swiglu, norm, rope, nt, wide))
+                  CUDA_CHECK(
+                      cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(small_smem_limit())));
+              }
             }
           }
         }
@@ -1691,7 +1708,8 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
     smem = std::max(smem, rope_vals);
   }
   const dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
-  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, fuse_rope, p.nt), grid, dim3(32 * p.warps), smem, a);
+  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, fuse_rope, p.nt, p.warps == kSmallWideWarps), grid,
+         dim3(32 * p.warps), smem, a);
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend && !fuse_rope) rope_epilogue(d);
   return true;
 }
