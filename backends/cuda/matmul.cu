@@ -841,9 +841,9 @@ __host__ __device__ constexpr int small_max_windows(bool w8, bool swiglu, int nt
 // blocks per multiprocessor may have, and one 12-warp block per multiprocessor still holds all of
 // ffn_gate_up's weights at once (102 blocks). The others take 8 (two blocks per multiprocessor).
 __host__ __device__ constexpr int small_warps(bool swiglu, int nt) { return swiglu && nt <= 4 ? 12 : 8; }
-// With k split over blocks (ffn_down), a plain projection of up to 32 rows of x takes blocks of 16
-// warps (4 tiles) instead of 8: the split already gives blocks enough (70 at m = 30), and half as
-// many stage x and meet at the arrival counters.
+// With k split over blocks (ffn_down), a projection of up to 32 rows of x without prologue or
+// epilogue takes blocks of 16 warps (4 tiles) instead of 8: the split already gives blocks enough
+// (70 at m = 30), and half as many stage x and meet at the arrival counters.
 constexpr int kSmallWideWarps = 16;
 __host__ __device__ constexpr int small_min_blocks(bool swiglu, int warps) { return swiglu || warps > 8 ? 1 : 2; }
 
@@ -1465,16 +1465,15 @@ using SmallKernel = void (*)(SmallArgs);
 
 // The kernel for an epilogue (SwiGLU, rope or none), the rmsnorm prologue (norm), 8-row tiles of x
 // (nt) and blocks of small_warps or, with wide, kSmallWideWarps warps (a plain projection with
-// split k); null where there is none (SwiGLU with rope, or wide with an epilogue or 64 rows).
+// split k); null where there is none (SwiGLU with rope; wide with a prologue, an epilogue or 64
+// rows).
 template <bool kW8, bool kSwiGLU, int kNT>
 SmallKernel small_kernel_named(bool norm, bool rope, bool wide) {
   if (wide) {
     if constexpr (kSwiGLU || kNT > 4) {
       return nullptr;
     } else {
-      if (rope) return nullptr;
-      return norm ? matmul_prefill_small_rmsnorm<kW8, false, kNT, kSmallWideWarps>
-                  : matmul_prefill_small<kW8, false, kNT, kSmallWideWarps>;
+      return norm || rope ? nullptr : matmul_prefill_small<kW8, false, kNT, kSmallWideWarps>;
     }
   }
   if constexpr (kSwiGLU) {
@@ -1514,8 +1513,9 @@ struct SmallPlan {
 
 // Four warps of a block share a tile's k (fewer when k has fewer windows), each holding up to
 // small_max_windows windows of it; k is split over blocks only where that is not enough
-// (ffn_down, k = 4864: 5 splits of 32 windows) or the staged x would not fit smem_cap.
-SmallPlan small_plan(int m, int windows, int tiles, bool w8, bool swiglu, size_t smem_cap) {
+// (ffn_down, k = 4864: 5 splits of 32 windows) or the staged x would not fit smem_cap. norm: the
+// rmsnorm prologue (no kSmallWideWarps blocks with it).
+SmallPlan small_plan(int m, int windows, int tiles, bool w8, bool swiglu, bool norm, size_t smem_cap) {
   SmallPlan p;
   while (8 * p.nt < m) p.nt *= 2;
   p.slices = windows >= 4 ? 4 : windows >= 2 ? 2 : 1;
@@ -1525,7 +1525,7 @@ SmallPlan small_plan(int m, int windows, int tiles, bool w8, bool swiglu, size_t
   p.splits = int(ceil_div(windows, p.slices * p.groups));
   p.groups = int(ceil_div(windows, int64_t(p.slices) * p.splits));  // even shares
   p.splits = int(ceil_div(windows, p.slices * p.groups));
-  p.warps = !swiglu && p.nt <= 4 && p.splits > 1 ? kSmallWideWarps : small_warps(swiglu, p.nt);
+  p.warps = !swiglu && !norm && p.nt <= 4 && p.splits > 1 ? kSmallWideWarps : small_warps(swiglu, p.nt);
   const int tiles_per_block = p.warps / p.slices;
   p.row_blocks = ceil_div(tiles, tiles_per_block);
   const size_t partial_sums = size_t(tiles_per_block) * (p.slices - 1) * (swiglu ? 2 : 1) * p.nt * 32 * sizeof(float4);
@@ -1673,7 +1673,8 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
   a.x_vec = a.k % 8 == 0 && aligned_to(d.x, 16);
   a.norm_vec = a.k % 8 == 0 && aligned_to(d.norm_x, 16) && aligned_to(d.norm_weight, 16);
 
-  const SmallPlan p = small_plan(a.m, a.windows, int(ceil_div(a.n_out, 16)), w8, swiglu, small_smem_cap());
+  const SmallPlan p =
+      small_plan(a.m, a.windows, int(ceil_div(a.n_out, 16)), w8, swiglu, d.norm_x != nullptr, small_smem_cap());
   if (p.smem > small_smem_cap() || p.splits > 65535) return false;
   a.slices = p.slices;
   a.slice_bits = p.slices == 4 ? 2 : p.slices == 2 ? 1 : 0;

@@ -118,7 +118,8 @@ TEST_P(MatmulTest, MatmulRandom) {
 
 // Short prompts: the benchmarked model's projections at 2, 30 and 64 rows (qkv_proj with its bias,
 // attn_out and ffn_down accumulating into the residual; ffn_down's k = 4864 is split over blocks
-// on CUDA), then edges: odd n, k of one W8 group, a single output column, k no multiple of 8 (F16).
+// on CUDA), then edges: odd n, k of one W8 group, a single output column, k no multiple of 8 (F16),
+// and split k with a bias and a last block of output columns only partly filled.
 TEST_P(MatmulTest, ShortPrompt) {
   Rng rng(107);
   for (WeightType type : {WeightType::W8, WeightType::F16}) {
@@ -131,6 +132,7 @@ TEST_P(MatmulTest, ShortPrompt) {
     check(random_inputs(rng, type, 3, 1, 64, false, true), false);
     check(random_inputs(rng, type, 9, 17, 96, true, true), false);
     check(random_inputs(rng, type, 40, 255, 288, true, false), false);
+    check(random_inputs(rng, type, 30, 200, 4864, true, true), false);  // split k, a part-filled row block
   }
   check(random_inputs(rng, WeightType::F16, 3, 7, 33, true, false), false);
   check(random_inputs(rng, WeightType::F16, 30, 9, 200, false, true), false);
