@@ -1470,11 +1470,10 @@ using SmallKernel = void (*)(SmallArgs);
 template <bool kW8, bool kSwiGLU, int kNT>
 SmallKernel small_kernel_named(bool norm, bool rope, bool wide) {
   if (wide) {
-    if constexpr (kSwiGLU || kNT > 4) {
-      return nullptr;
-    } else {
-      return norm || rope ? nullptr : matmul_prefill_small<kW8, false, kNT, kSmallWideWarps>;
+    if constexpr (!kSwiGLU && kNT <= 4) {
+      if (!norm && !rope) return matmul_prefill_small<kW8, false, kNT, kSmallWideWarps>;
     }
+    return nullptr;
   }
   if constexpr (kSwiGLU) {
     if (rope) return nullptr;
@@ -1495,8 +1494,10 @@ SmallKernel small_kernel_of(int nt, bool norm, bool rope, bool wide) {
 }
 
 SmallKernel small_kernel(bool w8, bool swiglu, bool norm, bool rope, int nt, bool wide) {
-  if (w8)
-    return swiglu ? small_kernel_of<true, true>(nt, norm, rope, wide) : small_kernel_of<true, false>(nt, norm, rope, wide);
+  if (w8) {
+    return swiglu ? small_kernel_of<true, true>(nt, norm, rope, wide)
+                  : small_kernel_of<true, false>(nt, norm, rope, wide);
+  }
   return swiglu ? small_kernel_of<false, true>(nt, norm, rope, wide) : small_kernel_of<false, false>(nt, norm, rope, wide);
 }
 
