@@ -4,8 +4,10 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <numeric>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "model/generator.h"
@@ -42,6 +44,26 @@ Occupancy occupancy(const std::vector<TraceRecord>& records) {
   o.busy_us = double(busy) / 1e3;
   o.span_us = double(last - iv[0].first) / 1e3;
   return o;
+}
+
+LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
+  std::vector<const TraceRecord*> k;
+  for (const TraceRecord& r : records) {
+    if (r.kind == TraceRecord::Kind::Kernel) k.push_back(&r);
+  }
+  std::sort(k.begin(), k.end(), [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
+  LaunchWaits w;
+  uint64_t last_end = k.empty() ? 0 : k[0]->end_ns;
+  for (size_t i = 1; i < k.size(); ++i) {
+    if (k[i]->start_ns > last_end) {
+      const double us = double(k[i]->start_ns - last_end) / 1e3;
+      w.total_us += us;
+      if (i < head) w.head_us += us;
+      w.largest_us = std::max(w.largest_us, us);
+    }
+    last_end = std::max(last_end, k[i]->end_ns);
+  }
+  return w;
 }
 
 void write_chrome_trace(const std::string& path,
@@ -179,6 +201,10 @@ double print_chain(const std::vector<TraceRecord>& recs, const char* title, int 
 
 }  // namespace
 
+// How long the host sits without launching before the second traced prefill: a pause such as a
+// user's between two requests, short enough not to slow the profile down.
+constexpr int kIdleMs = 50;
+
 bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOptions& opt) {
   Backend& be = m.backend();
   if (!be.trace_begin()) return false;
@@ -204,6 +230,19 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   std::sort(prefill.begin(), prefill.end(),
             [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
   if (prefill.size() % 2 == 0) prefill.erase(prefill.begin(), prefill.begin() + std::ptrdiff_t(prefill.size() / 2));
+  // The same prefill after the host has launched nothing for a while, as between a user's requests.
+  be.trace_begin();
+  m.prefill(prompt.data(), n, 0);
+  m.argmax();
+  std::this_thread::sleep_for(std::chrono::milliseconds(kIdleMs));
+  const auto t1 = std::chrono::steady_clock::now();
+  m.prefill(prompt.data(), n, 0);
+  m.argmax();
+  const double idle_ttft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count();
+  std::vector<TraceRecord> idle = be.trace_end();
+  std::sort(idle.begin(), idle.end(), [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
+  if (idle.size() % 2 == 0) idle.erase(idle.begin(), idle.begin() + std::ptrdiff_t(idle.size() / 2));
+
   // Decode with step capture (the first runs record the graphs, so warm them up untraced).
   decode_runs(m, first, n, steps);
   const Traced graphs = trace_decode(m, first, n, steps);
@@ -291,6 +330,22 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
               "(the launches before the first kernel starts and the token's trip back after the last one ends;\n"
               "tracing adds to both)\n",
               ttft_us, prefill_span, ttft_us - prefill_span);
+  // The first layer's kernels (and the embedding before them): where a late launch shows.
+  const size_t head = 1 + count_kernels(prefill) / size_t(std::max(1, m.config().n_layer));
+  const LaunchWaits warm_waits = launch_waits(prefill, head);
+  const LaunchWaits idle_waits = launch_waits(idle, head);
+  std::vector<TraceRecord> idle_kernels;
+  std::copy_if(idle.begin(), idle.end(), std::back_inserter(idle_kernels),
+               [](const TraceRecord& r) { return r.kind == TraceRecord::Kind::Kernel; });
+  const Occupancy idle_occ = occupancy(idle_kernels);
+  std::printf("device waiting for launches inside that span: %.1f us (%.1f us before its first %zu kernels; "
+              "largest %.1f us)\n",
+              warm_waits.total_us, warm_waits.head_us, head, warm_waits.largest_us);
+  std::printf("after %d ms without launches (as between requests): %.1f us on the host = %.1f us of device span + "
+              "%.1f us outside it;\n  device waiting for launches %.1f us (%.1f us before its first %zu kernels; "
+              "largest %.1f us)\n",
+              kIdleMs, idle_ttft_us, idle_occ.span_us, idle_ttft_us - idle_occ.span_us, idle_waits.total_us,
+              idle_waits.head_us, head, idle_waits.largest_us);
 
   // GEMM table: the matmul kernels of the first decode step, in launch order.
   std::vector<TraceRecord> kernels;

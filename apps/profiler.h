@@ -36,6 +36,17 @@ struct Occupancy {
 };
 Occupancy occupancy(const std::vector<TraceRecord>& records);
 
+// The device's waits for the host inside a stretch of kernels. Under programmatic dependent launch a
+// kernel launched in time starts before its predecessor ends; one that starts after every earlier
+// kernel has ended waited that long for its launch. Sums max(0, start - latest end before it) over
+// the kernels in start order: in all, over the first `head` kernels, and the largest single wait.
+struct LaunchWaits {
+  double total_us = 0;
+  double head_us = 0;
+  double largest_us = 0;
+};
+LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head);
+
 // Writes records as a Chrome-trace ("traceEvents") JSON file that chrome://tracing and Perfetto open.
 void write_chrome_trace(const std::string& path, const std::vector<std::pair<std::string, std::vector<TraceRecord>>>& phases);
 
