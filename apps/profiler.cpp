@@ -199,6 +199,15 @@ double print_chain(const std::vector<TraceRecord>& recs, const char* title, int 
   return span;
 }
 
+// The records of the second of two runs of the same work in one trace, in start order: both runs
+// queue the same records, so the second half is the second run's.
+std::vector<TraceRecord> second_run(std::vector<TraceRecord> records) {
+  std::sort(records.begin(), records.end(),
+            [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
+  if (records.size() % 2 == 0) records.erase(records.begin(), records.begin() + std::ptrdiff_t(records.size() / 2));
+  return records;
+}
+
 }  // namespace
 
 // How long the host sits without launching before the second traced prefill: a pause such as a
@@ -216,8 +225,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
 
   // Prefill, traced on its own, and the host's time from the call to the first token. The prompt
   // runs twice in one trace and only the second run is kept: a trace's first kernels wait for the
-  // tracer (milliseconds on CUDA). Both runs queue the same records, so the second half is the
-  // second run's.
+  // tracer (milliseconds on CUDA).
   be.set_step_capture(true);
   be.trace_begin();
   m.prefill(prompt.data(), n, 0);
@@ -226,10 +234,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   m.prefill(prompt.data(), n, 0);
   const int32_t first = m.argmax();
   const double ttft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  std::vector<TraceRecord> prefill = be.trace_end();
-  std::sort(prefill.begin(), prefill.end(),
-            [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
-  if (prefill.size() % 2 == 0) prefill.erase(prefill.begin(), prefill.begin() + std::ptrdiff_t(prefill.size() / 2));
+  const std::vector<TraceRecord> prefill = second_run(be.trace_end());
   // The same prefill after the host has launched nothing for a while, as between a user's requests.
   be.trace_begin();
   m.prefill(prompt.data(), n, 0);
@@ -239,9 +244,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   m.prefill(prompt.data(), n, 0);
   m.argmax();
   const double idle_ttft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t1).count();
-  std::vector<TraceRecord> idle = be.trace_end();
-  std::sort(idle.begin(), idle.end(), [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
-  if (idle.size() % 2 == 0) idle.erase(idle.begin(), idle.begin() + std::ptrdiff_t(idle.size() / 2));
+  const std::vector<TraceRecord> idle = second_run(be.trace_end());
 
   // Decode with step capture (the first runs record the graphs, so warm them up untraced).
   decode_runs(m, first, n, steps);
