@@ -10,9 +10,12 @@
 //       (splits, n_head_kv, head tiles) is sized for n_ctx; each block reads *n_kv and works out
 //       the split length, and the blocks past the last split exit at once, so a captured decode
 //       step stays valid as the context grows.
-//       Up to one chunk (what a block loads at once: 64 KB of K and V, 256 rows at head_dim 64)
-//       there is one split and the block writes the fp16 output itself: a block moves that in about
-//       one trip to memory, less than a combine costs. Past it, splits are whole half chunks, as
+//       Up to two chunks (a chunk is what a block loads at once: 64 KB of K and V, 256 rows at
+//       head_dim 64) there is one split and the block writes the fp16 output itself: its second
+//       chunk costs one more trip to memory, less than a combine of splits (measured on an H200,
+//       decode after 256 tokens of context, 257 to 384 rows: 1,982 against 1,896 tok/s with one
+//       chunk as the limit; three chunks lost after 512 tokens, 1,826 against 1,893). Past it,
+//       splits are whole half chunks, as
 //       short as possible within gridDim.x splits (about one block per multiprocessor, at most
 //       kMaxSplits: the launcher's choice); each writes its unnormalised output with its maximum and
 //       sum, and the last block to finish for a (KV head, head tile), found with an arrival counter,
@@ -81,11 +84,13 @@ static_assert(kMaxSplits % kCombineBatch == 0, "the combine reads whole batches 
 
 // 16-row steps per warp in one chunk of the tensor-core kernel: 8 KB of K and V per warp.
 constexpr int decode_steps(int head_dim) { return 128 / head_dim; }
-// Rows of one chunk (what a block loads at once, 64 KB of K and V): the longest context taken as
-// one split. Past it, splits are whole units of half a chunk: twice the blocks streaming at once
-// for a little more combine work.
+// Rows of one chunk (what a block loads at once, 64 KB of K and V). Past one split (decode_one),
+// splits are whole units of half a chunk: twice the blocks streaming at once for a little more
+// combine work.
 constexpr int decode_chunk(int head_dim) { return kDecodeMmaWarps * decode_steps(head_dim) * 16; }
 constexpr int decode_unit(int head_dim) { return decode_chunk(head_dim) / 2; }
+// The longest context taken as one split: two chunks.
+constexpr int decode_one(int head_dim) { return 2 * decode_chunk(head_dim); }
 
 struct DecodeArgs {
   const float* q = nullptr;         // (n_head, head_dim)
@@ -346,7 +351,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
   DecodeRegs<kHd> r;
   int n_kv = 0, len = 0, n_used = 0;
   if (a.early) {
-    n_kv = read_n_kv(a, kChunk, decode_unit(kHd), len, n_used);
+    n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), len, n_used);
     if (n_kv > 0) {
       if (split >= n_used) return;
       load_chunk(r, k_head, v_head, split * len, min(split * len + len, n_kv), warp, g, t);
@@ -361,7 +366,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
     qf[i] = g < nh ? *reinterpret_cast<const float4*>(a.q + int64_t(h0 + g) * kHd + kHd / 4 * t + 4 * i)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  if (!a.early) n_kv = read_n_kv(a, kChunk, decode_unit(kHd), len, n_used);
+  if (!a.early) n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), len, n_used);
   if (n_kv <= 0) {
     zero_heads(a, h0, nh, kHd);
     return;
@@ -835,7 +840,7 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   // otherwise.
   const bool tensor = (d.head_dim == 64 || d.head_dim == 128) && aligned_to(d.q, 16) && aligned_to(d.k_cache, 16) &&
                       aligned_to(d.v_cache, 16);
-  const int one = tensor ? decode_chunk(d.head_dim) : kGenericChunk;  // rows taken as one split
+  const int one = tensor ? decode_one(d.head_dim) : kGenericChunk;  // rows taken as one split
   const int unit = tensor ? decode_unit(d.head_dim) : kGenericChunk;
   // Long contexts split into about one block per multiprocessor (at most kMaxSplits per KV head and
   // head tile, and as many as the partials workspace holds); the grid covers the splits a context of

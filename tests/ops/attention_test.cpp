@@ -1,7 +1,7 @@
 // Conformance of attention_prefill (causal, pos0 = 0 and > 0, q inside wider rows) and
 // attention_decode (n_kv read from backend memory), over grouped-query head layouts. The decode
-// cases walk n_kv across the split boundaries of the CUDA kernels (one split up to a chunk of 256
-// rows at head_dim 64 and 128 rows at 128, then splits of whole half chunks, at most 64 of them),
+// cases walk n_kv across the split boundaries of the CUDA kernels (one split up to two chunks, 512
+// rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, at most 64 of them),
 // through one descriptor so that a combine which leaves its arrival counter set fails the next
 // call, and cover the generic kernel (other head_dims, q and caches without 16-byte alignment).
 //
@@ -213,11 +213,12 @@ class AttentionTest : public OpsTest {
 };
 TLLM_OPS_INSTANTIATE(AttentionTest);
 
-// The newest row in a split's first chunk and past it, in one split and in several.
+// The newest row in a split's first chunk and past it, in one split (of one or two chunks) and in
+// several.
 TEST_P(AttentionTest, DecodeNewestRowFromThePreviousOp) {
   Rng rng(911);
   for (const Heads& hd : kHeads)
-    check_decode_appended(rng, hd, 4096, {1, 2, 17, 128, 255, 256, 257, 300, 513, 1000, 4096, 31});
+    check_decode_appended(rng, hd, 4096, {1, 2, 17, 128, 255, 256, 257, 300, 511, 512, 513, 1000, 4096, 31});
 }
 
 TEST_P(AttentionTest, PrefillFromStart) {
@@ -258,7 +259,8 @@ TEST_P(AttentionTest, DecodeSplitBoundaries) {
   Rng rng(906);
   check_decode(rng, kHeads[0], 4096, {1, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1000, 4096, 257, 17, 4095}, 2.0f);
   check_decode(rng, kHeads[1], 3000, {256, 257, 3000, 1, 700}, 2.0f);
-  for (const Heads& hd : {kHeads[3], kHeads[4]}) check_decode(rng, hd, 1100, {1, 127, 128, 129, 1000, 256, 1100}, 2.0f);
+  for (const Heads& hd : {kHeads[3], kHeads[4]})
+    check_decode(rng, hd, 1100, {1, 127, 128, 129, 255, 256, 257, 1000, 256, 1100}, 2.0f);
 }
 
 // More than 64 chunks of rows: each split spans more than one chunk, whatever the multiprocessor count.
