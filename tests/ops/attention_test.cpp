@@ -1,7 +1,8 @@
 // Conformance of attention_prefill (causal, pos0 = 0 and > 0, q inside wider rows) and
 // attention_decode (n_kv read from backend memory), over grouped-query head layouts. The decode
 // cases walk n_kv across the split boundaries of the CUDA kernels (one split up to two chunks, 512
-// rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, at most 64 of them),
+// rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, or of whole chunks past
+// 16 half chunks, at most 64 splits),
 // through one descriptor so that a combine which leaves its arrival counter set fails the next
 // call, and cover the generic kernel (other head_dims, q and caches without 16-byte alignment).
 //
@@ -218,7 +219,7 @@ TLLM_OPS_INSTANTIATE(AttentionTest);
 TEST_P(AttentionTest, DecodeNewestRowFromThePreviousOp) {
   Rng rng(911);
   for (const Heads& hd : kHeads)
-    check_decode_appended(rng, hd, 4096, {1, 2, 17, 128, 255, 256, 257, 300, 511, 512, 513, 1000, 4096, 31});
+    check_decode_appended(rng, hd, 4096, {1, 2, 17, 128, 255, 256, 257, 300, 511, 512, 513, 1000, 2049, 4096, 31});
 }
 
 TEST_P(AttentionTest, PrefillFromStart) {
@@ -257,10 +258,11 @@ TEST_P(AttentionTest, Decode) {
 // head_dim 64), a group of 3 and head_dim 128, with returns to short contexts in between.
 TEST_P(AttentionTest, DecodeSplitBoundaries) {
   Rng rng(906);
-  check_decode(rng, kHeads[0], 4096, {1, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1000, 4096, 257, 17, 4095}, 2.0f);
+  check_decode(rng, kHeads[0], 4096,
+               {1, 63, 64, 65, 255, 256, 257, 511, 512, 513, 1000, 2048, 2049, 4096, 257, 17, 4095}, 2.0f);
   check_decode(rng, kHeads[1], 3000, {256, 257, 3000, 1, 700}, 2.0f);
   for (const Heads& hd : {kHeads[3], kHeads[4]})
-    check_decode(rng, hd, 1100, {1, 127, 128, 129, 255, 256, 257, 1000, 256, 1100}, 2.0f);
+    check_decode(rng, hd, 1100, {1, 127, 128, 129, 255, 256, 257, 1000, 1024, 1025, 256, 1100}, 2.0f);
 }
 
 // More than 64 chunks of rows: each split spans more than one chunk, whatever the multiprocessor count.
