@@ -62,17 +62,12 @@ __device__ inline ArgmaxCandidate argmax_block(ArgmaxCandidate c, ArgmaxCandidat
 // grid, into *out; then, with `advance`, adds one to advance[0] and advance[1] (ArgmaxDesc).
 __device__ inline void argmax_commit(ArgmaxCandidate c, ArgmaxCandidate* scratch, int32_t* out, ArgmaxWorkspace ws,
                                      int32_t* advance) {
-  __shared__ bool is_last;
   c = argmax_block(c, scratch);
   if (threadIdx.x == 0) {
     ws.v[blockIdx.x] = c.v;
     ws.i[blockIdx.x] = c.i;
-    __threadfence();
-    is_last = atomicAdd(ws.counter, 1u) == gridDim.x - 1;
   }
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (!last_block_to_arrive(ws.counter, gridDim.x)) return;
   ArgmaxCandidate b = argmax_none();
   for (int k = threadIdx.x; k < int(gridDim.x); k += blockDim.x)
     b = argmax_better(b, ArgmaxCandidate{__ldcg(ws.v + k), __ldcg(ws.i + k)});

@@ -118,7 +118,6 @@ struct DecodeShared {
   float l[kWarps][kDecodeHeads];       // Σ exp2(s - m) over the warp's rows
   float o[kWarps][kDecodeHeads][kHd];  // Σ exp2(s - m) · v, head_dim padded to 4 with zeros
   float w[kDecodeHeads][kMaxSplits];   // exp2(m_s - M) / L of each split
-  bool is_last;
 };
 
 // Split length and the number of splits n_kv rows take: one split up to `one` rows, else whole
@@ -197,12 +196,7 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
   if (n_used == 1) return;
 
   unsigned* counter = a.counters + blockIdx.y * gridDim.z + blockIdx.z;
-  __threadfence();
-  __syncthreads();
-  if (tid == 0) sh.is_last = atomicAdd(counter, 1u) == unsigned(n_used - 1);
-  __syncthreads();
-  if (!sh.is_last) return;
-  __threadfence();
+  if (!last_block_to_arrive(counter, unsigned(n_used))) return;
   if (tid == 0) *counter = 0u;  // every split has arrived: ready for the next call
 
   if (n_used <= kCombineBatch) {

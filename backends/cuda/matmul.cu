@@ -1226,7 +1226,6 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   constexpr int kRows = 8 * kNT;  // rows of x staged, m rounded up
   constexpr int kMaxW = small_max_windows(kW8, kSwiGLU, kNT);
   extern __shared__ uint4 small_smem[];  // staged x, then the slices' partial sums
-  __shared__ bool is_last;
   __half* xs = reinterpret_cast<__half*>(small_smem);
   float4* red = reinterpret_cast<float4*>(small_smem);
 
@@ -1423,12 +1422,7 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
         __stcg(mine + (p * kNT + nt) * 32, make_float4(acc[p][nt][0], acc[p][nt][1], acc[p][nt][2], acc[p][nt][3]));
     }
   }
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) is_last = atomicAdd(a.counters + blockIdx.x, 1u) == unsigned(a.splits - 1);
-  __syncthreads();
-  if (!is_last) return;
-  __threadfence();
+  if (!last_block_to_arrive(a.counters + blockIdx.x, unsigned(a.splits))) return;
   // One fragment (tile, x tile nt, lane l) per thread and step.
   for (int i = threadIdx.x; i < tiles_per_block * kNT * 32; i += kThreads) {
     const int l = i & 31, nt = (i >> 5) % kNT, tb = i / (32 * kNT);
