@@ -66,6 +66,7 @@ if has experiments; then
   log "bench/experiments"
   $build/persistent_layers_experiment | tee "$out/persistent-layers.txt" | tee -a "$out/summary.txt"
   $build/persistent_decode_experiment | tee "$out/persistent-decode.txt" | tee -a "$out/summary.txt"
+  $build/launch_latency_experiment | tee "$out/launch-latency.txt" | tee -a "$out/summary.txt"
 fi
 if has sanitize; then
   for tool in memcheck racecheck; do
