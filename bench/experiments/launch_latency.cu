@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <thread>
 #include <vector>
 
@@ -153,68 +154,75 @@ int main() {
     return cudaStreamSynchronize(c.s);
   };
 
+  // The histories, each as what it does before its chain and the chain itself, in this order.
+  const auto sleep_us = [](int us) { std::this_thread::sleep_for(std::chrono::microseconds(us)); };
+  const auto after_spin = [&](int ms) {
+    return [&c, ms](Sample& s) -> cudaError_t {
+      if (const cudaError_t err = c.reset()) return err;
+      spin_for(std::chrono::milliseconds(ms));
+      return run_chain(c, s);
+    };
+  };
+  const auto after_replays = [&](int tiny_launches, int sleep) {
+    return [&, tiny_launches, sleep](Sample& s) -> cudaError_t {
+      if (const cudaError_t err = replays()) return err;
+      if (const cudaError_t err = c.reset()) return err;
+      for (int i = 0; i < tiny_launches; ++i) tiny<<<1, 32, 0, c.s>>>();
+      if (sleep > 0) sleep_us(sleep);
+      return run_chain(c, s);
+    };
+  };
+  const auto held = [&](Sample& s) -> cudaError_t {
+    if (const cudaError_t err = c.reset()) return err;
+    sleep_us(60000);
+    const auto t0 = Clock::now();
+    *reinterpret_cast<volatile int*>(flag) = 0;
+    if (const CUresult r = wait_value(c.s, reinterpret_cast<CUdeviceptr>(flag_dev), 1, CU_STREAM_WAIT_VALUE_GEQ)) {
+      std::fprintf(stderr, "cuStreamWaitValue32 failed: %d\n", int(r));
+      return cudaErrorUnknown;
+    }
+    for (int i = 0; i < kHeld; ++i)
+      if (const cudaError_t err = c.launch(i)) return err;
+    *reinterpret_cast<volatile int*>(flag) = 1;
+    return finish(c, kHeld, t0, s);
+  };
   struct Case {
     const char* name;
+    std::function<cudaError_t(Sample&)> run;
     std::vector<Sample> samples;
   };
-  std::vector<Case> cases = {{"back to back", {}},
-                             {"after 40 graph replays", {}},
-                             {"graph replays, then 4 launches", {}},
-                             {"graph replays, then 0.2 ms sleep", {}},
-                             {"after 2 ms of host spin", {}},
-                             {"after 10 ms of host spin", {}},
-                             {"after 60 ms of host spin", {}},
-                             {"after 60 ms of host sleep", {}},
-                             {"60 ms sleep, held on a host flag", {}}};
+  std::vector<Case> cases = {
+      {"back to back",
+       [&](Sample& s) -> cudaError_t {
+         Sample before;  // the chain that this one follows
+         if (const cudaError_t err = c.reset()) return err;
+         if (const cudaError_t err = run_chain(c, before)) return err;
+         if (const cudaError_t err = c.reset()) return err;
+         return run_chain(c, s);
+       },
+       {}},
+      {"after 40 graph replays", after_replays(0, 0), {}},
+      {"graph replays, then 4 launches", after_replays(4, 0), {}},
+      {"graph replays, then 0.2 ms sleep", after_replays(0, 200), {}},
+      {"after 2 ms of host spin", after_spin(2), {}},
+      {"after 10 ms of host spin", after_spin(10), {}},
+      {"after 60 ms of host spin", after_spin(60), {}},
+      {"after 60 ms of host sleep",
+       [&](Sample& s) -> cudaError_t {
+         if (const cudaError_t err = c.reset()) return err;
+         sleep_us(60000);
+         return run_chain(c, s);
+       },
+       {}},
+      {"60 ms sleep, held on a host flag", held, {}}};
   Sample warm;
   CHECK(c.reset());
   CHECK(run_chain(c, warm));
   for (int round = 0; round < kRounds; ++round) {
-    Sample s;
-    CHECK(c.reset());
-    CHECK(run_chain(c, s));  // warms the path for the back-to-back case
-    CHECK(c.reset());
-    CHECK(run_chain(c, s));
-    cases[0].samples.push_back(s);
-    CHECK(replays());
-    CHECK(c.reset());
-    CHECK(run_chain(c, s));
-    cases[1].samples.push_back(s);
-    CHECK(replays());
-    CHECK(c.reset());
-    for (int i = 0; i < 4; ++i) tiny<<<1, 32, 0, c.s>>>();
-    CHECK(run_chain(c, s));
-    cases[2].samples.push_back(s);
-    CHECK(replays());
-    CHECK(c.reset());
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-    CHECK(run_chain(c, s));
-    cases[3].samples.push_back(s);
-    int k = 4;
-    for (int ms : {2, 10, 60}) {
-      CHECK(c.reset());
-      spin_for(std::chrono::milliseconds(ms));
-      CHECK(run_chain(c, s));
-      cases[size_t(k++)].samples.push_back(s);
-    }
-    CHECK(c.reset());
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    CHECK(run_chain(c, s));
-    cases[7].samples.push_back(s);
-    CHECK(c.reset());
-    std::this_thread::sleep_for(std::chrono::milliseconds(60));
-    {
-      const auto t0 = Clock::now();
-      *reinterpret_cast<volatile int*>(flag) = 0;
-      const CUresult r = wait_value(c.s, reinterpret_cast<CUdeviceptr>(flag_dev), 1, CU_STREAM_WAIT_VALUE_GEQ);
-      if (r != CUDA_SUCCESS) {
-        std::fprintf(stderr, "cuStreamWaitValue32 failed: %d\n", int(r));
-        return 1;
-      }
-      for (int i = 0; i < kHeld; ++i) CHECK(c.launch(i));
-      *reinterpret_cast<volatile int*>(flag) = 1;
-      CHECK(finish(c, kHeld, t0, s));
-      cases[8].samples.push_back(s);
+    for (Case& cs : cases) {
+      Sample s;
+      CHECK(cs.run(s));
+      cs.samples.push_back(s);
     }
   }
 
