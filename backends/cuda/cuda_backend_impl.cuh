@@ -104,19 +104,18 @@ class CudaBackend final : public Backend {
   // Launches `kernel` on the backend's stream (see the top of this file).
   template <class... KernelArgs, class... Args>
   void launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, Args&&... args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = stream_.get();
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = pdl_ ? 1 : 0;
+    launch_clusters(kernel, grid, block, smem, 1, std::forward<Args>(args)...);
+  }
+  // The same with the grid's blocks in thread-block clusters of cluster_x blocks along x (1: none).
+  template <class... KernelArgs, class... Args>
+  void launch_clusters(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                       Args&&... args) {
+    cudaLaunchConfig_t cfg = launch_config(grid, block, smem, cluster_x);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
     ++launches_;
   }
+  // Clusters of cluster_x blocks of `kernel` that the GPU runs at once (0: it cannot run them).
+  int active_clusters(const void* kernel, dim3 grid, dim3 block, size_t smem, unsigned cluster_x);
 
   cudaStream_t stream() const { return stream_.get(); }
   int multiprocessors() const { return sm_count_; }
@@ -130,6 +129,8 @@ class CudaBackend final : public Backend {
   void grow_workspace(DeviceMemory& ws, size_t bytes, const char* what);
   // Blocks of `kernel` (blockDim threads, smem dynamic bytes) that fit on one multiprocessor at once.
   int resident_blocks(const void* kernel, int threads, size_t smem);
+  // The launch configuration of launch_clusters; its attributes live in launch_attrs_.
+  cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, unsigned cluster_x);
 
   // Op pieces shared between files.
   void rmsnorm_rows(const float* x, const float* weight, __half* out, int64_t m, int64_t n, float eps);
@@ -153,6 +154,8 @@ class CudaBackend final : public Backend {
   StreamOwner stream_;
   std::shared_ptr<MemoryCounter> counter_ = std::make_shared<MemoryCounter>();
   std::unordered_map<uint64_t, int> resident_cache_;  // (kernel, smem) -> resident blocks
+  std::unordered_map<uint64_t, int> cluster_cache_;  // (kernel, grid, smem, cluster) -> active_clusters
+  cudaLaunchAttribute launch_attrs_[2] = {};
 
   // Attention decode: per-split partial results (m, l, unnormalised o) and the arrival counters
   // of the last-block combine. Fixed size (at most 32 splits per head fit for up to 126 heads of

@@ -265,6 +265,17 @@ TEST_P(AttentionTest, DecodeSplitBoundaries) {
     check_decode(rng, hd, 1100, {1, 127, 128, 129, 255, 256, 257, 1000, 1024, 1025, 256, 1100}, 2.0f);
 }
 
+// Contexts short enough that the CUDA backend's splits of a KV head form one thread-block cluster
+// (n_ctx rows of K and V at most 576 KB per KV head): half-chunk and whole-chunk splits, several
+// head tiles (40/2), head_dim 128, and the newest row appended by the op before.
+TEST_P(AttentionTest, DecodeSplitsInOneCluster) {
+  Rng rng(909);
+  check_decode(rng, kHeads[0], 2304, {513, 1000, 2048, 2049, 2304, 17, 700}, 2.0f);
+  check_decode(rng, kHeads[5], 2000, {600, 2000, 1}, 2.0f);
+  check_decode(rng, kHeads[4], 1152, {300, 600, 1152}, 2.0f);
+  check_decode_appended(rng, kHeads[0], 2304, {513, 2049, 2304});
+}
+
 // More than 64 chunks of rows: each split spans more than one chunk, whatever the multiprocessor count.
 TEST_P(AttentionTest, DecodeLongContext) {
   Rng rng(907);
