@@ -31,16 +31,17 @@
 //       tok/s at 4,096).
 //   Clusters. Where one KV head's n_ctx rows of K and V take at most kClusterMaxBytes (2,304 rows
 //       at head_dim 64) and the GPU is sm_90 or later, the splits of one (KV head, head tile), at
-//       most kClusterMaxSplits, are one thread-block cluster instead: each split pushes its partial
-//       into the shared memory of the cluster's first block (st.async, counted on that block's
-//       mbarrier), which combines them in split order once all have arrived. No arrival counter, no
-//       trip to L2 and back. Measured on an H200, decode tok/s after 512 / 1,024 / 2,048 tokens of
-//       context (n_ctx 256 more): 1,986 / 1,958 / 1,913 against 1,872 / 1,862 / 1,859. With more
-//       rows it loses, as clusters of every split (16 of a chunk each after 4,096 tokens: 1,740
-//       against 1,816) and as several clusters per KV head combining through memory (1,727): a
-//       cluster runs on one GPC, which then reads all of its KV head's rows.
-//   attention_decode_kernel<head_dim>  head_dim 64 or 128, 16-byte aligned q and caches, on tensor
-//       cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its 16-row steps
+//       most kClusterMaxSplits, are one thread-block cluster instead (the kernel's clusters
+//       instantiation): each split pushes its partial into the shared memory of the cluster's
+//       first block (st.async, counted on that block's mbarrier), which combines them in split
+//       order once all have arrived. No arrival counter, no trip to L2 and back. Measured on an
+//       H200, decode tok/s after 512 / 1,024 / 2,048 tokens of context (n_ctx 256 more): 1,984 /
+//       1,957 / 1,914 against 1,910 / 1,897 / 1,877. With more rows it loses, as clusters of every
+//       split (16 of a chunk each after 4,096 tokens: 1,740 against 1,816) and as several clusters
+//       per KV head combining through memory (1,727): a cluster runs on one GPC, which then reads
+//       all of its KV head's rows.
+//   attention_decode_kernel<head_dim, clusters>  head_dim 64 or 128, 16-byte aligned q and
+//       caches, on tensor cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its 16-row steps
 //       of a chunk (two at head_dim 64, one at 128) into registers before using any: eight warps of
 //       fewer steps each, rather than four of twice as many, shorten each warp's chain of dependent
 //       steps (measured on an H200: decode 2,044 against 2,029 tok/s after the "你好" chat prompt,
@@ -124,7 +125,6 @@ struct DecodeArgs {
   float* part_ml = nullptr;         // (n_head, gridDim.x, 2): its maximum and sum
   unsigned* counters = nullptr;     // (n_head_kv, gridDim.z), zero between calls
   bool early = false;               // AttentionDecodeDesc::only_newest_row_fresh
-  bool cluster = false;             // the splits of one (KV head, head tile) are one cluster
 };
 
 // ---- thread-block clusters (sm_90; no-ops before it, where the launcher never forms clusters) ----
@@ -189,17 +189,18 @@ struct DecodeShared {
   float l[kWarps][kDecodeHeads];       // Σ exp2(s - m) over the warp's rows
   float o[kWarps][kDecodeHeads][kHd];  // Σ exp2(s - m) · v, head_dim padded to 4 with zeros
   float w[kDecodeHeads][kMaxSplits];   // exp2(m_s - M) / L of each split
-  uint64_t bar;                        // DecodeArgs::cluster: the first block's arrival of the partials
+  uint64_t bar;                        // in clusters: the first block's arrival of the partials
 };
 
-// DecodeArgs::cluster: the first block's copy of every split's partials, (splits, kDecodeHeads,
+// In clusters: the first block's copy of every split's partials, (splits, kDecodeHeads,
 // hd4) values, then (splits, kDecodeHeads) (maximum, sum) pairs.
 extern __shared__ __align__(16) float decode_partials[];
 
 // Every block of a cluster arrives at the cluster barrier as it starts (the first block after
 // initialising its mbarrier) and waits once before it leaves or pushes its partials.
-__device__ __forceinline__ void cluster_leave(const DecodeArgs& a) {
-  if (a.cluster) cluster_wait();
+template <bool kCluster>
+__device__ __forceinline__ void cluster_leave() {
+  if constexpr (kCluster) cluster_wait();
 }
 
 // Split length and the number of splits n_kv rows take: one split up to `one` rows, else whole
@@ -246,11 +247,11 @@ __device__ __forceinline__ void store_out4(__half* out_head, int d, int hd, floa
 // The end of a block, after every warp has filled sh.m, sh.l and sh.o and the block has synchronised:
 // combines the warps (in warp order), then writes the output (one split) or the split's partial; the
 // last split block to arrive for its (KV head, head tile) combines the partials in split order.
-template <int kHd, int kWarps>
+template <int kHd, int kWarps, bool kCluster = false>
 __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh, int n_used, int h0, int nh) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = blockIdx.x, hd = a.head_dim, hd4 = (hd + 3) & ~3, n4 = hd4 / 4;
-  cluster_leave(a);
+  cluster_leave<kCluster>();
   const float* cluster_ml = decode_partials + gridDim.x * kDecodeHeads * hd4;
   for (int i = tid; i < nh * n4; i += 32 * kWarps) {
     const int h = i / n4, d = 4 * (i - h * n4);
@@ -268,7 +269,7 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
     }
     if (n_used == 1) {
       store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
-    } else if (a.cluster) {
+    } else if (kCluster) {
       const uint32_t bar = cluster_address(smem_address(&sh.bar), 0);
       push_f4(cluster_address(smem_address(decode_partials + (split * kDecodeHeads + h) * hd4 + d), 0), o, bar);
       if (d == 0) push_f2(cluster_address(smem_address(cluster_ml + 2 * (split * kDecodeHeads + h)), 0), m, l, bar);
@@ -282,7 +283,7 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
     }
   }
   if (n_used == 1) return;
-  if (a.cluster) {
+  if constexpr (kCluster) {
     // The first block combines the partials in split order once all of them have arrived.
     if (split != 0) return;
     const uint32_t bar = smem_address(&sh.bar);
@@ -440,7 +441,7 @@ __device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_h
 //       high halves of word j; k = rows 2t, 2t+1, 2t+8, 2t+9); B = P (k = those rows, n = head g):
 //       the transposes of the score fragments as fp16. Lane (g, t) accumulates heads 2t, 2t + 1 at
 //       dims (head_dim / 8)·g + 2j, + 1.
-template <int kHd>
+template <int kHd, bool kCluster>
 __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(const DecodeArgs a) {
   constexpr int kSteps = decode_steps(kHd), kChunk = decode_chunk(kHd);
   constexpr int kKWords = kHd / 8, kVWords = kHd / 16;
@@ -452,7 +453,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
   const int nh = min(kDecodeHeads, a.group - int(blockIdx.z) * kDecodeHeads);  // its heads
   const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
   const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
-  if (a.cluster) {
+  if constexpr (kCluster) {
     if (split == 0 && threadIdx.x == 0) mbarrier_init_cluster(smem_address(&sh.bar), 1);
     cluster_arrive();
   }
@@ -467,7 +468,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
   if (a.early) {
     n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), kChunk, len, n_used);
     if (n_kv > 0) {
-      if (split >= n_used) return cluster_leave(a);
+      if (split >= n_used) return cluster_leave<kCluster>();
       load_chunk(r, k_head, v_head, split * len, min(split * len + len, n_kv), warp, g, t);
     }
   }
@@ -483,9 +484,9 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
   if (!a.early) n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), kChunk, len, n_used);
   if (n_kv <= 0) {
     zero_heads(a, h0, nh, kHd);
-    return cluster_leave(a);
+    return cluster_leave<kCluster>();
   }
-  if (split >= n_used) return cluster_leave(a);
+  if (split >= n_used) return cluster_leave<kCluster>();
   const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
   if (a.early && n_kv - 1 < r_begin + kChunk && n_kv - 1 < r_end)  // the newest row is in the first chunk
     load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t, n_kv - 1);
@@ -607,7 +608,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
     *reinterpret_cast<float2*>(&sh.o[warp][2 * t + 1][d]) = make_float2(o[j][1], o[j][3]);
   }
   __syncthreads();
-  decode_finish(a, sh, n_used, h0, nh);
+  decode_finish<kHd, kDecodeMmaWarps, kCluster>(a, sh, n_used, h0, nh);
 }
 
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kernel(const DecodeArgs a) {
@@ -946,8 +947,8 @@ void CudaBackend::prepare_attention() {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                     int(kClusterMaxSplits * kDecodeHeads * (head_dim + 2) * sizeof(float))));
   };
-  allow(reinterpret_cast<const void*>(attention_decode_kernel<64>), 64);
-  allow(reinterpret_cast<const void*>(attention_decode_kernel<128>), 128);
+  allow(reinterpret_cast<const void*>(attention_decode_kernel<64, true>), 64);
+  allow(reinterpret_cast<const void*>(attention_decode_kernel<128, true>), 128);
 }
 
 void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
@@ -995,12 +996,16 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
     launch(attention_decode_generic_kernel, grid, dim3(kDecodeThreads), 0, a);
     return;
   }
-  const auto kernel = d.head_dim == 64 ? attention_decode_kernel<64> : attention_decode_kernel<128>;
+  const auto in_clusters = d.head_dim == 64 ? attention_decode_kernel<64, true> : attention_decode_kernel<128, true>;
   const size_t smem = size_t(n_splits) * kDecodeHeads * size_t(hd4 + 2) * sizeof(float);
-  a.cluster = cluster && n_splits > 1 &&
-              active_clusters(reinterpret_cast<const void*>(kernel), grid, dim3(kDecodeMmaThreads), smem,
-                              unsigned(n_splits)) >= int(grid.y * grid.z);
-  launch_clusters(kernel, grid, dim3(kDecodeMmaThreads), a.cluster ? smem : 0, a.cluster ? unsigned(n_splits) : 1u, a);
+  if (cluster && n_splits > 1 &&
+      active_clusters(reinterpret_cast<const void*>(in_clusters), grid, dim3(kDecodeMmaThreads), smem,
+                      unsigned(n_splits)) >= int(grid.y * grid.z)) {
+    launch_clusters(in_clusters, grid, dim3(kDecodeMmaThreads), smem, unsigned(n_splits), a);
+  } else {
+    launch(d.head_dim == 64 ? attention_decode_kernel<64, false> : attention_decode_kernel<128, false>, grid,
+           dim3(kDecodeMmaThreads), 0, a);
+  }
 }
 
 void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {
