@@ -127,61 +127,6 @@ struct DecodeArgs {
   bool early = false;               // AttentionDecodeDesc::only_newest_row_fresh
 };
 
-// ---- thread-block clusters (sm_90; no-ops before it, where the launcher never forms clusters) ----
-
-__device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-// The address of shared location `a` (of this block) in the block of cluster rank `rank`.
-__device__ __forceinline__ uint32_t cluster_address(uint32_t a, unsigned rank) {
-  uint32_t r = a;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
-#endif
-  return r;
-}
-__device__ __forceinline__ void cluster_arrive() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
-#endif
-}
-// Stores into another block's shared memory that count their bytes on its mbarrier `bar`.
-__device__ __forceinline__ void push_f4(uint32_t dst, float4 v, uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
-               ::"r"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(bar) : "memory");
-#endif
-}
-__device__ __forceinline__ void push_f2(uint32_t dst, float x, float y, uint32_t bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
-               ::"r"(dst), "f"(x), "f"(y), "r"(bar) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbarrier_init_cluster(uint32_t bar, unsigned count) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n\tfence.mbarrier_init.release.cluster;"
-               ::"r"(bar), "r"(count) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbarrier_arrive_expect(uint32_t bar, unsigned bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
-#endif
-}
-__device__ __forceinline__ void mbarrier_wait(uint32_t bar, unsigned parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "{\n\t.reg .pred done;\n"
-      "wait_%=:\n\t"
-      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n\t"
-      "@!done bra wait_%=;\n}" ::"r"(bar), "r"(parity) : "memory");
-#endif
-}
-
 // What each warp of a block leaves for the block's combine, then the split weights of the combine.
 template <int kHd, int kWarps>
 struct DecodeShared {
