@@ -40,13 +40,14 @@
 //       split (16 of a chunk each after 4,096 tokens: 1,740 against 1,816) and as several clusters
 //       per KV head combining through memory (1,727): a cluster runs on one GPC, which then reads
 //       all of its KV head's rows.
-//   attention_decode_kernel<head_dim, clusters>  head_dim 64 or 128, 16-byte aligned q and
-//       caches, on tensor cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its 16-row steps
-//       of a chunk (two at head_dim 64, one at 128) into registers before using any: eight warps of
-//       fewer steps each, rather than four of twice as many, shorten each warp's chain of dependent
-//       steps (measured on an H200: decode 2,044 against 2,029 tok/s after the "你好" chat prompt,
-//       1,778 against 1,721 at 4,096 rows of context); split 0, which starts at row 0 whatever n_kv is,
-//       issues its first chunk before it reads n_kv, so a context of one chunk waits on memory once.
+//   attention_decode_kernel<head_dim, clusters>  head_dim 64 or 128, 16-byte aligned q and caches,
+//       on tensor cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its
+//       16-row steps of a chunk (two at head_dim 64, one at 128) into registers before using any:
+//       eight warps of fewer steps each, rather than four of twice as many, shorten each warp's
+//       chain of dependent steps (measured on an H200: decode 2,044 against 2,029 tok/s after the
+//       "你好" chat prompt, 1,778 against 1,721 at 4,096 rows of context); split 0, which starts at
+//       row 0 whatever n_kv is, issues its first chunk before it reads n_kv, so a context of one
+//       chunk waits on memory once.
 //       Where only the newest row comes from the kernel before (only_newest_row_fresh: the decode
 //       step, whose QKV projection appends it), every block reads n_kv and loads its first chunk
 //       before the dependency wait, while that kernel finishes, and reloads the newest row after.

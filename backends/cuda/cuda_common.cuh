@@ -212,10 +212,13 @@ __device__ __forceinline__ uint32_t float2_to_half2_bits(float a, float b) {
 
 // ---- asynchronous copies and tensor cores (sm_80 and later) --------------------------------------
 
+// The shared-memory (shared::cta) address of p, as the PTX instructions below take it.
+__device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
 // 16-byte global -> shared copy that bypasses registers; src_bytes = 0 writes zeros and reads nothing.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_address(smem)), "l"(gmem), "r"(src_bytes)
+               : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 // Waits until at most N of this thread's committed groups are still in flight.
@@ -227,18 +230,16 @@ __device__ __forceinline__ void cp_async_wait() {
 // Four 8x8 fp16 matrices from shared memory; lane t gives the address of row t % 8 of matrix t / 8.
 // Lane t receives, of each matrix, row t / 4, columns 2·(t % 4) and 2·(t % 4) + 1.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s)
+               : "r"(smem_address(smem))
                : "memory");
 }
 // As ldmatrix_x4, transposed: lane t receives rows 2·(t % 4) and 2·(t % 4) + 1 of column t / 4.
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(s)
+               : "r"(smem_address(smem))
                : "memory");
 }
 
@@ -255,9 +256,6 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
 }
 
 // ---- thread-block clusters (sm_90; no-ops before it, where no launcher forms clusters) ---------
-
-// The shared-memory (shared::cta) address of p.
-__device__ __forceinline__ uint32_t smem_address(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // The address of shared location `a` (of this block) in the block of cluster rank `rank`.
 __device__ __forceinline__ uint32_t cluster_address(uint32_t a, unsigned rank) {
