@@ -246,7 +246,7 @@ void CudaBackend::grow_workspace(DeviceMemory& ws, size_t bytes, const char* wha
 }
 
 int CudaBackend::resident_blocks(const void* kernel, int threads, size_t smem) {
-  const uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(kernel)) * 1000003u ^ uint64_t(smem) << 20 ^ uint64_t(threads);
+  const OccupancyKey key{kernel, smem, unsigned(threads), 0u, 0u};
   auto it = resident_cache_.find(key);
   if (it != resident_cache_.end()) return it->second;
   int blocks = 0;
@@ -256,7 +256,8 @@ int CudaBackend::resident_blocks(const void* kernel, int threads, size_t smem) {
   return blocks;
 }
 
-cudaLaunchConfig_t CudaBackend::launch_config(dim3 grid, dim3 block, size_t smem, unsigned cluster_x) {
+cudaLaunchConfig_t CudaBackend::launch_config(dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                                              cudaLaunchAttribute (&attrs)[kLaunchAttrs]) const {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -264,26 +265,26 @@ cudaLaunchConfig_t CudaBackend::launch_config(dim3 grid, dim3 block, size_t smem
   cfg.stream = stream_.get();
   unsigned n = 0;
   if (pdl_) {
-    launch_attrs_[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    launch_attrs_[n++].val.programmaticStreamSerializationAllowed = 1;
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
   }
   if (cluster_x > 1) {
-    launch_attrs_[n].id = cudaLaunchAttributeClusterDimension;
-    launch_attrs_[n].val.clusterDim.x = cluster_x;
-    launch_attrs_[n].val.clusterDim.y = 1;
-    launch_attrs_[n++].val.clusterDim.z = 1;
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster_x;
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n++].val.clusterDim.z = 1;
   }
-  cfg.attrs = launch_attrs_;
+  cfg.attrs = attrs;
   cfg.numAttrs = n;
   return cfg;
 }
 
 int CudaBackend::active_clusters(const void* kernel, dim3 grid, dim3 block, size_t smem, unsigned cluster_x) {
-  const uint64_t key = uint64_t(reinterpret_cast<uintptr_t>(kernel)) * 1000003u ^ uint64_t(smem) << 24 ^
-                       uint64_t(grid.x) << 12 ^ uint64_t(cluster_x) << 4 ^ uint64_t(block.x) << 40;
+  const OccupancyKey key{kernel, smem, block.x * block.y * block.z, grid.x, cluster_x};
   auto it = cluster_cache_.find(key);
   if (it != cluster_cache_.end()) return it->second;
-  cudaLaunchConfig_t cfg = launch_config(grid, block, smem, cluster_x);
+  cudaLaunchAttribute attrs[kLaunchAttrs];
+  const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, cluster_x, attrs);
   int clusters = 0;
   if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) clusters = 0;
   (void)cudaGetLastError();  // a refused size is an answer, not an error

@@ -11,8 +11,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -110,7 +112,8 @@ class CudaBackend final : public Backend {
   template <class... KernelArgs, class... Args>
   void launch_clusters(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
                        Args&&... args) {
-    cudaLaunchConfig_t cfg = launch_config(grid, block, smem, cluster_x);
+    cudaLaunchAttribute attrs[kLaunchAttrs];
+    const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, cluster_x, attrs);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
     ++launches_;
   }
@@ -129,8 +132,11 @@ class CudaBackend final : public Backend {
   void grow_workspace(DeviceMemory& ws, size_t bytes, const char* what);
   // Blocks of `kernel` (blockDim threads, smem dynamic bytes) that fit on one multiprocessor at once.
   int resident_blocks(const void* kernel, int threads, size_t smem);
-  // The launch configuration of launch_clusters; its attributes live in launch_attrs_.
-  cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, unsigned cluster_x);
+  // The launch configuration of launch_clusters, its attributes written to `attrs` (which must
+  // outlive the configuration).
+  static constexpr int kLaunchAttrs = 2;  // programmatic dependent launch, cluster dimension
+  cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
+                                   cudaLaunchAttribute (&attrs)[kLaunchAttrs]) const;
 
   // Op pieces shared between files.
   void rmsnorm_rows(const float* x, const float* weight, __half* out, int64_t m, int64_t n, float eps);
@@ -153,9 +159,11 @@ class CudaBackend final : public Backend {
   bool pdl_ = false;       // programmatic dependent launch (sm_90 and later)
   StreamOwner stream_;
   std::shared_ptr<MemoryCounter> counter_ = std::make_shared<MemoryCounter>();
-  std::unordered_map<uint64_t, int> resident_cache_;  // (kernel, smem) -> resident blocks
-  std::unordered_map<uint64_t, int> cluster_cache_;  // (kernel, grid, smem, cluster) -> active_clusters
-  cudaLaunchAttribute launch_attrs_[2] = {};
+  // Occupancy answers by (kernel, dynamic shared memory, threads per block, grid.x, cluster_x):
+  // resident_blocks (grid.x and cluster_x 0) and active_clusters.
+  using OccupancyKey = std::tuple<const void*, size_t, unsigned, unsigned, unsigned>;
+  std::map<OccupancyKey, int> resident_cache_;
+  std::map<OccupancyKey, int> cluster_cache_;
 
   // Attention decode: per-split partial results (m, l, unnormalised o) and the arrival counters
   // of the last-block combine. Fixed size (at most 32 splits per head fit for up to 126 heads of

@@ -849,6 +849,12 @@ __host__ __device__ constexpr int small_warps(bool swiglu, int nt) { return swig
 // epilogue takes blocks of 16 warps (4 tiles) instead of 8: the split already gives blocks enough
 // (70 at m = 30), and half as many stage x and meet at the arrival counters.
 constexpr int kSmallWideWarps = 16;
+// The projections that may take kSmallWideWarps blocks: no SwiGLU, up to 32 rows of x (nt <= 4),
+// no rmsnorm prologue and no rope epilogue (whose pairs need k unsplit). small_plan chooses them
+// where k is split; small_kernel_named instantiates them.
+__host__ __device__ constexpr bool small_wide_allowed(bool swiglu, int nt, bool norm, bool rope) {
+  return !swiglu && nt <= 4 && !norm && !rope;
+}
 __host__ __device__ constexpr int small_min_blocks(bool swiglu, int warps) { return swiglu || warps > 8 ? 1 : 2; }
 
 struct SmallArgs {
@@ -1468,8 +1474,8 @@ using SmallKernel = void (*)(SmallArgs);
 template <bool kW8, bool kSwiGLU, int kNT>
 SmallKernel small_kernel_named(bool norm, bool rope, bool wide) {
   if (wide) {
-    if constexpr (!kSwiGLU && kNT <= 4) {
-      if (!norm && !rope) return matmul_prefill_small<kW8, false, kNT, kSmallWideWarps>;
+    if constexpr (small_wide_allowed(kSwiGLU, kNT, false, false)) {
+      if (small_wide_allowed(kSwiGLU, kNT, norm, rope)) return matmul_prefill_small<kW8, kSwiGLU, kNT, kSmallWideWarps>;
     }
     return nullptr;
   }
@@ -1524,7 +1530,7 @@ SmallPlan small_plan(int m, int windows, int tiles, bool w8, bool swiglu, bool n
   p.splits = int(ceil_div(windows, p.slices * p.groups));
   p.groups = int(ceil_div(windows, int64_t(p.slices) * p.splits));  // even shares
   p.splits = int(ceil_div(windows, p.slices * p.groups));
-  p.warps = !swiglu && !norm && p.nt <= 4 && p.splits > 1 ? kSmallWideWarps : small_warps(swiglu, p.nt);
+  p.warps = small_wide_allowed(swiglu, p.nt, norm, false) && p.splits > 1 ? kSmallWideWarps : small_warps(swiglu, p.nt);
   const int tiles_per_block = p.warps / p.slices;
   p.row_blocks = ceil_div(tiles, tiles_per_block);
   const size_t partial_sums = size_t(tiles_per_block) * (p.slices - 1) * (swiglu ? 2 : 1) * p.nt * 32 * sizeof(float4);
