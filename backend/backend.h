@@ -218,7 +218,10 @@ struct AttentionPrefillDesc {
   half_t* out = nullptr;            // (m, n_head, head_dim)
   int64_t m = 1;
   int64_t q_row_stride = 0;         // floats between q rows; 0 means n_head·head_dim
-  int32_t pos0 = 0;
+  int32_t pos0 = 0;                 // what the call checks: pos0 + m <= n_ctx
+  // When set, the op reads row 0's position from pos[0] in backend memory instead of taking pos0, so
+  // that a recorded prefill (run_step) serves any position; the caller keeps it inside the cache.
+  const int32_t* pos = nullptr;
   int n_head = 0;
   int n_head_kv = 0;
   int head_dim = 0;
@@ -375,11 +378,12 @@ class Backend {
   virtual void argmax(const ArgmaxDesc& d) = 0;
 
   // ---- whole steps ----
-  // Runs `body`, which issues the ops of `steps` consecutive decode steps. A backend that supports
-  // Op::StepCapture records the ops the first time it sees `key` and replays the recording on later
-  // calls with the same key without running `body` again, so everything a step varies must come
-  // through backend memory. The CPU backend simply runs `body`. A backend that fails to record
-  // warns once and runs `body` directly from then on.
+  // Runs `body`, which issues the ops of `steps` consecutive decode steps (0: a unit of another
+  // kind, such as a short prompt's prefill). A backend that supports Op::StepCapture records the ops
+  // the first time it sees `key` and replays the recording on later calls with the same key without
+  // running `body` again, so everything a step varies must come through backend memory. The CPU
+  // backend simply runs `body`. A backend that fails to record warns once and runs `body` directly
+  // from then on.
   virtual void run_step(int key, int steps, const std::function<void()>& body) {
     (void)key;
     (void)steps;
@@ -395,7 +399,8 @@ class Backend {
   // trace_end waits for the device and returns what ran since trace_begin, ordered by start time.
   virtual bool trace_begin() { return false; }
   virtual std::vector<TraceRecord> trace_end() { return {}; }
-  // Kernel launches per decode step of the last run_step (0 when steps are not recorded).
+  // Kernel launches per decode step of the last run_step with steps > 0 (0 when steps are not
+  // recorded).
   virtual int kernels_per_step() const { return 0; }
 
   // Named ranges for external profilers (NVTX on CUDA); no-ops elsewhere.

@@ -299,7 +299,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
 }
 
 void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode,
-                       bool last_row_out) {
+                       bool last_row_out, bool recorded) {
   const ModelConfig& c = cfg_;
   float* x = x_.as<float>();
   float* qkv = qkv_.as<float>();
@@ -361,6 +361,7 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
       a.out = attn;
       a.m = m_out;
       a.pos0 = pos0 + int32_t(tail);
+      if (recorded) a.pos = pos + tail;  // the same position, read on the device when the recording replays
       a.n_head = c.n_head;
       a.n_head_kv = c.n_head_kv;
       a.head_dim = c.head_dim;
@@ -412,49 +413,82 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   }
   ScopedRange range(be_, "prefill");
   drop_argmax_download();
+  // A short prompt in one chunk is one recorded unit (a CUDA graph) per length, recorded the second
+  // time a prompt of that length comes: its ids and positions are uploaded and every op reads them
+  // from memory, so the recording serves any prompt of that length at any position.
+  if (!all_logits && n <= kPrefillRecordRows && n <= max_batch_ && be_.supports(Op::StepCapture) &&
+      prefill_seen_[size_t(n)]++ > 0) {
+    prefill_seen_[size_t(n)] = 2;
+    upload_prompt(tokens, n, pos0);
+    be_.run_step(kPrefillStepKey - n, /*steps=*/0, [&] {
+      embed_chunk(nullptr, n, pos0);
+      run_layers(n, prompt_.as<int32_t>() + n, nullptr, pos0, /*decode=*/false, /*last_row_out=*/true,
+                 /*recorded=*/true);
+      lm_head_row(n - 1);
+    });
+    argmax_ready_ = true;
+    argmax_ticket_ = be_.queue_download(step_.as<int32_t>() + 2, sizeof(int32_t));
+    return;
+  }
   std::vector<float> row_logits(all_logits ? size_t(cfg_.n_vocab) : 0);
   for (int start = 0; start < n; start += max_batch_) {
     const int m = std::min(max_batch_, n - start);
-    int32_t* positions = prompt_.as<int32_t>() + m;
-    EmbeddingDesc e;
-    e.table = embd_ ? embd_.get() : lm_head_.get();
-    e.out = x_.as<float>();
-    e.m = m;
     if (m <= kEmbeddingHostIds) {  // the ids go with the embedding op, which writes the positions
-      e.host_ids = tokens + start;
-      e.positions = positions;
-      e.pos0 = pos0 + start;
-    } else {  // ids and positions in one upload
-      std::vector<int32_t> ids_pos(size_t(2 * m));
-      std::copy(tokens + start, tokens + start + m, ids_pos.begin());
-      for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + start + i;
-      be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
-      e.ids = prompt_.as<int32_t>();
+      embed_chunk(tokens + start, m, pos0 + start);
+    } else {
+      upload_prompt(tokens + start, m, pos0 + start);
+      embed_chunk(nullptr, m, pos0 + start);
     }
-    be_.embedding(e);
     // Logits of every row when asked for, otherwise only of the prompt's last row: then the last
     // layer of the last chunk finishes that row alone.
     const bool last_chunk = start + m == n;
-    run_layers(m, positions, nullptr, pos0 + start, /*decode=*/false, /*last_row_out=*/last_chunk && !all_logits);
+    run_layers(m, prompt_.as<int32_t>() + m, nullptr, pos0 + start, /*decode=*/false,
+               /*last_row_out=*/last_chunk && !all_logits);
 
     if (!all_logits && !last_chunk) continue;
     for (int i = all_logits ? 0 : m - 1; i < m; ++i) {
-      MatmulDesc h;
-      h.w = lm_head_.get();
-      h.norm_x = x_.as<float>() + size_t(i) * size_t(cfg_.n_embd);
-      h.norm_weight = output_norm_.as<float>();
-      h.norm_eps = cfg_.rms_eps;
-      h.y = logits_.as<float>();
-      h.argmax = step_.as<int32_t>() + 2;
-      be_.matmul_m1(h);
+      lm_head_row(i);
       argmax_ready_ = true;
-      if (!all_logits) argmax_ticket_ = be_.queue_download(h.argmax, sizeof(int32_t));
+      if (!all_logits) argmax_ticket_ = be_.queue_download(step_.as<int32_t>() + 2, sizeof(int32_t));
       if (all_logits) {
         be_.download(row_logits.data(), logits_.data(), row_logits.size() * sizeof(float));
         all_logits(start + i, row_logits.data(), cfg_.n_vocab);
       }
     }
   }
+}
+
+void Model::upload_prompt(const int32_t* tokens, int m, int pos0) {
+  std::vector<int32_t> ids_pos(size_t(2 * m));
+  std::copy(tokens, tokens + m, ids_pos.begin());
+  for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + i;
+  be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
+}
+
+void Model::embed_chunk(const int32_t* host_ids, int m, int pos0) {
+  EmbeddingDesc e;
+  e.table = embd_ ? embd_.get() : lm_head_.get();
+  e.out = x_.as<float>();
+  e.m = m;
+  if (host_ids) {
+    e.host_ids = host_ids;
+    e.positions = prompt_.as<int32_t>() + m;
+    e.pos0 = pos0;
+  } else {
+    e.ids = prompt_.as<int32_t>();
+  }
+  be_.embedding(e);
+}
+
+void Model::lm_head_row(int i) {
+  MatmulDesc h;
+  h.w = lm_head_.get();
+  h.norm_x = x_.as<float>() + size_t(i) * size_t(cfg_.n_embd);
+  h.norm_weight = output_norm_.as<float>();
+  h.norm_eps = cfg_.rms_eps;
+  h.y = logits_.as<float>();
+  h.argmax = step_.as<int32_t>() + 2;
+  be_.matmul_m1(h);
 }
 
 void Model::check_position(int pos) const {

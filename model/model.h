@@ -15,6 +15,7 @@
 // and at the end logits = [rmsnorm(x)] · lm_headᵀ.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -135,11 +136,25 @@ class Model {
   Model(Backend& be, ModelConfig cfg);
   // The layer stack over m rows of x_. Decode steps (m = 1) take the GEMV path; with
   // `last_row_out`, the last layer computes everything after its QKV projection (which fills the
-  // KV cache for all m rows) for the last row only, the only one the lm_head reads.
+  // KV cache for all m rows) for the last row only, the only one the lm_head reads. `recorded`: the
+  // ops are being recorded for replays at other positions, so attention takes pos0 from pos.
   void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode,
-                  bool last_row_out = false);
+                  bool last_row_out = false, bool recorded = false);
   void run_decode_steps(int pos, int n);
   void check_position(int pos) const;
+  // A prefill chunk's pieces: its m token ids and positions (pos0 ..) into prompt_; the embedding
+  // (ids from the host, which then also writes the positions, or, with host_ids null, from
+  // prompt_); the lm_head of row i of x_ with its argmax into step_.
+  void upload_prompt(const int32_t* tokens, int m, int pos0);
+  void embed_chunk(const int32_t* host_ids, int m, int pos0);
+  void lm_head_row(int i);
+
+  // Prompts of up to kPrefillRecordRows tokens are recorded per length (prefill), under run_step
+  // keys kPrefillStepKey - n (decode runs take 1 .. kDecodeRunMax); prefill_seen_[n] counts the
+  // prompts of length n so far, up to 2.
+  static constexpr int kPrefillRecordRows = 64;
+  static constexpr int kPrefillStepKey = -1000;
+  std::array<uint8_t, kPrefillRecordRows + 1> prefill_seen_{};
 
   Backend& be_;
   ModelConfig cfg_;

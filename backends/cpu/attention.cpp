@@ -78,14 +78,15 @@ void check_heads(int n_head, int n_head_kv, int head_dim, int n_ctx) {
 void CpuBackend::attention_prefill(const AttentionPrefillDesc& d) {
   TraceScope t(trace_, "attention_prefill");
   check_heads(d.n_head, d.n_head_kv, d.head_dim, d.n_ctx);
-  TLLM_CPU_CHECK(d.m >= 1 && d.pos0 >= 0 && d.pos0 + d.m <= d.n_ctx);
+  const int pos0 = d.pos ? *d.pos : d.pos0;
+  TLLM_CPU_CHECK(d.m >= 1 && pos0 >= 0 && pos0 + d.m <= d.n_ctx);
   TLLM_CPU_CHECK(d.q && d.k_cache && d.v_cache && d.out);
   const int group = d.n_head / d.n_head_kv;  // query heads per KV head
   const int chunks = (group + kHeadsPerTask - 1) / kHeadsPerTask;
   const int64_t q_stride = d.q_row_stride ? d.q_row_stride : int64_t(d.n_head) * d.head_dim;
   const int64_t tasks_per_row = int64_t(d.n_head_kv) * chunks;
   // Cost of one task: a mean row reads about pos0 + m/2 cache rows for up to kHeadsPerTask heads.
-  const int64_t task_cost = (int64_t(d.pos0) + d.m / 2 + 1) * d.head_dim * (2 * kHeadsPerTask + 2);
+  const int64_t task_cost = (int64_t(pos0) + d.m / 2 + 1) * d.head_dim * (2 * kHeadsPerTask + 2);
   parallel_for(d.m * tasks_per_row, task_cost, [&](int64_t task) {
     // Rows in the order 0, m-1, 1, m-2, ...: row i reads pos0+i+1 cache rows, so this order gives
     // contiguous blocks of tasks (how a static schedule splits them) about equal work.
@@ -95,7 +96,7 @@ void CpuBackend::attention_prefill(const AttentionPrefillDesc& d) {
     const int h0 = kv_head * group + int(task % tasks_per_row) % chunks * kHeadsPerTask;
     const int n_heads = std::min(kHeadsPerTask, (kv_head + 1) * group - h0);
     attend(d.q + i * q_stride, d.out + i * d.n_head * d.head_dim, h0, n_heads, kv_head, d.k_cache,
-           d.v_cache, d.n_ctx, d.head_dim, d.pos0 + int(i) + 1, d.scale);
+           d.v_cache, d.n_ctx, d.head_dim, pos0 + int(i) + 1, d.scale);
   });
 }
 

@@ -63,9 +63,10 @@
 //       warp per cache row, lanes over the head_dim, a warp sum per head and an online softmax per row (fp32
 //       weights). Much slower per row; the same splits (of 64 rows) and combine.
 //
-//   attention_prefill_kernel  m query rows at positions pos0 .. pos0+m-1, causal, flash-attention 2
-//       style on tensor cores: a block takes 64 query rows of one head (16 per warp); K and V tiles of
-//       64 cache rows go through shared memory; S = Q·Kᵀ and O += P·V use mma.sync m16n8k16 with fp32
+//   attention_prefill_kernel  m query rows at positions pos0 .. pos0+m-1 (pos0 read from memory
+//       when the op gives `pos`, as a recorded prefill does), causal, flash-attention 2 style on
+//       tensor cores: a block takes 64 query rows of one head (16 per warp); K and V tiles of 64
+//       cache rows go through shared memory; S = Q·Kᵀ and O += P·V use mma.sync m16n8k16 with fp32
 //       accumulation and the softmax is online, so no (m, n_kv) matrix is ever stored. Q enters the
 //       tensor cores as fp16 hi + lo parts (lo scaled by 2^11 to stay a normal number), which keeps
 //       the scores at fp32 accuracy; P is rounded to fp16 for P·V. Warps skip the cache tiles, and the
@@ -662,6 +663,7 @@ struct PrefillArgs {
   int m = 0, pos0 = 0, n_head = 0, head_dim = 0, n_ctx = 0, group = 0;
   float qscale = 0;                 // scale · log2(e)
   bool vec8 = false;                // head_dim % 8 == 0 and 16-byte aligned caches
+  const int32_t* pos = nullptr;     // row 0's position (kPosInMemory)
 };
 
 // Rows k0 .. k0 + kPrefillKeys - 1 of one cache into a shared tile in 16-byte copies (per_row of them
@@ -677,8 +679,10 @@ __device__ __forceinline__ void prefill_copy_tile(int per_row, __half (*dst)[kLd
   }
 }
 
-// kHdp: head_dim rounded up to 64 or 128 (the padding is zeros).
-template <int kHdp>
+// kHdp: head_dim rounded up to 64 or 128 (the padding is zeros). kPosInMemory: row 0's position
+// from a.pos (a recorded prefill), otherwise a.pos0; its own instantiation, so that the kernel the
+// other prefills run keeps its code.
+template <int kHdp, bool kPosInMemory>
 __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(const PrefillArgs a) {
   constexpr int kLd = kHdp + 8;  // halves per shared row: rows 16 bytes apart modulo 128, ldmatrix without conflicts
   constexpr int kSteps = kHdp / 16;
@@ -690,8 +694,11 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
   const int h = blockIdx.y, kvh = h / a.group;
   const int hd = a.head_dim;
   const int row0 = blockIdx.x * kPrefillRows + warp * 16;  // the warp's first query row
-  const int max_key = a.pos0 + min(a.m, int(blockIdx.x + 1) * kPrefillRows) - 1;  // last cache row the block reads
-  const int warp_max_key = a.pos0 + min(a.m - 1, row0 + 15);
+  // Row 0's position: written by an op before the previous one (the embedding, or an upload), so it
+  // is read before the dependency wait, as a streaming load (ptxas keeps those ahead of the wait).
+  const int pos0 = kPosInMemory ? __ldcs(a.pos) : a.pos0;
+  const int max_key = pos0 + min(a.m, int(blockIdx.x + 1) * kPrefillRows) - 1;  // last cache row the block reads
+  const int warp_max_key = pos0 + min(a.m - 1, row0 + 15);
   const int n_tiles = max_key / kPrefillKeys + 1;
   const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * hd;
   const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * hd;
@@ -802,7 +809,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int key = k0 + nt * 8 + 2 * t + (e & 1);
-          const int pos = a.pos0 + row0 + g + (e >> 1) * 8;
+          const int pos = pos0 + row0 + g + (e >> 1) * 8;
           s[nt][e] = key > pos ? -INFINITY : fmaf(sl[nt][e], 1.0f / 2048.f, s[nt][e]);
         }
       }
@@ -973,6 +980,7 @@ void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {
   a.out = reinterpret_cast<__half*>(d.out);
   a.m = int(d.m);
   a.pos0 = d.pos0;
+  a.pos = d.pos;
   a.n_head = d.n_head;
   a.head_dim = d.head_dim;
   a.n_ctx = d.n_ctx;
@@ -981,9 +989,11 @@ void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {
   a.vec8 = d.head_dim % 8 == 0 && aligned_to(d.k_cache, 16) && aligned_to(d.v_cache, 16);
   const dim3 grid(unsigned(ceil_div(d.m, kPrefillRows)), unsigned(d.n_head));
   if (d.head_dim <= 64) {
-    launch(attention_prefill_kernel<64>, grid, dim3(kPrefillThreads), 0, a);
+    launch(d.pos ? attention_prefill_kernel<64, true> : attention_prefill_kernel<64, false>, grid,
+           dim3(kPrefillThreads), 0, a);
   } else {
-    launch(attention_prefill_kernel<128>, grid, dim3(kPrefillThreads), 0, a);
+    launch(d.pos ? attention_prefill_kernel<128, true> : attention_prefill_kernel<128, false>, grid,
+           dim3(kPrefillThreads), 0, a);
   }
 }
 

@@ -296,15 +296,18 @@ int CudaBackend::active_clusters(const void* kernel, dim3 grid, dim3 block, size
 
 void CudaBackend::run_step(int key, int steps, const std::function<void()>& body) {
   const int64_t before = launches_;
-  steps = std::max(steps, 1);
+  // Kernels per decode step, from a unit of `steps` decode steps that launched `launches`.
+  const auto count = [&](int64_t launches) {
+    if (steps > 0) launches_per_step_ = int(launches / steps);
+  };
   if (!capture_on_ || capture_failed_) {
     body();
-    launches_per_step_ = int(launches_ - before) / steps;
+    count(launches_ - before);
     return;
   }
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
-    launches_per_step_ = it->second.launches / steps;
+    count(it->second.launches);
     return;
   }
 
@@ -343,15 +346,15 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
     // A real error in body() shows again here and propagates; otherwise recording was the problem.
     const int64_t direct = launches_;
     body();
-    launches_per_step_ = int(launches_ - direct) / steps;
-    std::fprintf(stderr, "tiny-llm: CUDA graph capture failed (%s); running decode steps without graphs\n",
+    count(launches_ - direct);
+    std::fprintf(stderr, "tiny-llm: CUDA graph capture failed (%s); running steps without graphs\n",
                  failure.c_str());
     capture_failed_ = true;
     return;
   }
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   steps_.emplace(key, Step{std::move(exec), launches});
-  launches_per_step_ = launches / steps;
+  count(launches);
 }
 
 void CudaBackend::reset_steps() {

@@ -1,8 +1,8 @@
-// Conformance of attention_prefill (causal, pos0 = 0 and > 0, q inside wider rows) and
-// attention_decode (n_kv read from backend memory), over grouped-query head layouts. The decode
-// cases walk n_kv across the split boundaries of the CUDA kernels (one split up to two chunks, 512
-// rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, or of whole chunks past
-// 16 half chunks, at most 64 splits),
+// Conformance of attention_prefill (causal, pos0 = 0 and > 0, pos0 from backend memory, q inside
+// wider rows) and attention_decode (n_kv read from backend memory), over grouped-query head
+// layouts. The decode cases walk n_kv across the split boundaries of the CUDA kernels (one split up
+// to two chunks, 512 rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, or
+// of whole chunks past 16 half chunks, at most 64 splits),
 // through one descriptor so that a combine which leaves its arrival counter set fails the next
 // call, and cover the generic kernel (other head_dims, q and caches without 16-byte alignment).
 //
@@ -78,8 +78,11 @@ class AttentionTest : public OpsTest {
   }
 
   // Prefill of m rows at pos0 .. pos0+m-1. With `packed`, each q row sits at the start of a qkv row
-  // (q_row_stride = (n_head + 2·n_head_kv)·head_dim) whose other values are poison.
-  void check_prefill(Rng& rng, const Heads& hd, int n_ctx, int64_t m, int pos0, float q_amp, bool packed) {
+  // (q_row_stride = (n_head + 2·n_head_kv)·head_dim) whose other values are poison. With
+  // `pos_in_memory`, pos0 reaches the op only through `pos` (backend memory) and the descriptor's
+  // pos0 holds another position, as when a recorded prefill replays at a new position.
+  void check_prefill(Rng& rng, const Heads& hd, int n_ctx, int64_t m, int pos0, float q_amp, bool packed,
+                     bool pos_in_memory = false) {
     const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim;
     const int64_t stride = packed ? q_dim + 2 * int64_t(hd.n_head_kv) * hd.head_dim : q_dim;
     std::vector<float> q(size_t(m * stride), kPoison);
@@ -99,6 +102,11 @@ class AttentionTest : public OpsTest {
     d.m = m;
     d.q_row_stride = packed ? stride : 0;
     d.pos0 = pos0;
+    Buffer pos = upload(std::vector<int32_t>{pos0});
+    if (pos_in_memory) {
+      d.pos0 = pos0 == 0 ? n_ctx - int(m) : 0;
+      d.pos = pos.as<int32_t>();
+    }
     d.n_head = hd.n_head;
     d.n_head_kv = hd.n_head_kv;
     d.head_dim = hd.head_dim;
@@ -110,7 +118,7 @@ class AttentionTest : public OpsTest {
                                                     hd.head_dim, n_ctx, scale, &score_mag);
     EXPECT_TRUE(all_close(to_float(download<half_t>(out)), want, tolerance(want, score_mag, c, hd, n_ctx, m, pos0)))
         << "prefill " << hd.n_head << "/" << hd.n_head_kv << " head_dim=" << hd.head_dim << " m=" << m
-        << " pos0=" << pos0 << (packed ? " packed q" : "");
+        << " pos0=" << pos0 << (packed ? " packed q" : "") << (pos_in_memory ? " pos0 from memory" : "");
   }
 
   // A decode descriptor over caches k and v with the n_kv scalar at n_kv.
@@ -239,6 +247,14 @@ TEST_P(AttentionTest, PrefillAfterCachedRows) {
     check_prefill(rng, hd, 256, 100, 37, 2.0f, false);  // two row blocks, tiles across the prompt's start
   }
   check_prefill(rng, kHeads[0], 256, 16, 240, 2.0f, false);  // the chunk ends at the last cache row
+}
+
+TEST_P(AttentionTest, PrefillPositionFromMemory) {
+  Rng rng(910);
+  for (const Heads& hd : kHeads) {
+    check_prefill(rng, hd, 256, 30, 41, 2.0f, true, true);  // the descriptor says 0
+    check_prefill(rng, hd, 256, 7, 0, 2.0f, false, true);   // the descriptor says 249
+  }
 }
 
 TEST_P(AttentionTest, PrefillQRowStride) {
