@@ -36,6 +36,7 @@ constexpr int kW8Group = 32;
 // Queued downloads (Backend::queue_download): outstanding at once, and bytes each.
 constexpr int kQueuedDownloads = 8;
 constexpr size_t kQueuedDownloadBytes = 64;
+constexpr size_t kStagingBytes = 4096;  // Backend::staging
 
 enum class WeightType : uint8_t {
   W8,   // int8 q (N, K) + fp16 scales (N, K / kW8Group); w[n][k] = q[n][k] * scale[n][k / kW8Group]
@@ -359,6 +360,13 @@ class Backend {
   // outstanding; each is collected once. Throws BackendError on a bad size or ticket.
   virtual uint64_t queue_download(const void* src, size_t bytes) = 0;
   virtual void collect_download(uint64_t ticket, void* dst) = 0;
+  // A host area of kStagingBytes for uploads that a recorded step repeats with new contents: the
+  // caller writes into staging() and queues upload_staged(dst, bytes), a copy of its first bytes to
+  // dst. Recorded in a step (run_step), that copy reads the area again each time the step replays,
+  // so the host changes what it uploads by writing the area before the replay. staging() first
+  // waits for the copies already queued from it.
+  virtual void* staging() = 0;
+  virtual void upload_staged(void* dst, size_t bytes) = 0;
   virtual std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) = 0;
   virtual void synchronize() = 0;
   virtual MemoryInfo memory_info() const = 0;

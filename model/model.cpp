@@ -414,13 +414,18 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   ScopedRange range(be_, "prefill");
   drop_argmax_download();
   // A short prompt in one chunk is one recorded unit (a CUDA graph) per length, recorded the second
-  // time a prompt of that length comes: its ids and positions are uploaded and every op reads them
-  // from memory, so the recording serves any prompt of that length at any position.
+  // time a prompt of that length comes: its ids and positions are copied in by the unit and every op
+  // reads them from memory, so the recording serves any prompt of that length at any position.
   if (!all_logits && n <= kPrefillRecordRows && n <= max_batch_ && be_.supports(Op::StepCapture) &&
       prefill_seen_[size_t(n)]++ > 0) {
     prefill_seen_[size_t(n)] = 2;
-    upload_prompt(tokens, n, pos0);
+    // The ids and positions go through the backend's staging area, whose copy is part of the
+    // recording: a replay is one call for the host.
+    int32_t* ids_pos = static_cast<int32_t*>(be_.staging());
+    std::copy(tokens, tokens + n, ids_pos);
+    for (int i = 0; i < n; ++i) ids_pos[n + i] = pos0 + i;
     be_.run_step(kPrefillStepKey - n, /*steps=*/0, [&] {
+      be_.upload_staged(prompt_.data(), size_t(2 * n) * sizeof(int32_t));
       embed_chunk(nullptr, n, pos0);
       run_layers(n, prompt_.as<int32_t>() + n, nullptr, pos0, /*decode=*/false, /*last_row_out=*/true,
                  /*recorded=*/true);

@@ -153,6 +153,7 @@ class Model {
   // keys kPrefillStepKey - n (decode runs take 1 .. kDecodeRunMax); prefill_seen_[n] counts the
   // prompts of length n so far, up to 2.
   static constexpr int kPrefillRecordRows = 64;
+  static_assert(2 * kPrefillRecordRows * sizeof(int32_t) <= kStagingBytes, "ids and positions fit the staging area");
   static constexpr int kPrefillStepKey = -1000;
   std::array<uint8_t, kPrefillRecordRows + 1> prefill_seen_{};
 

@@ -112,6 +112,14 @@ void CpuBackend::upload(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
+void CpuBackend::upload_staged(void* dst, size_t bytes) {
+  if (bytes > kStagingBytes) {
+    throw BackendError("upload_staged: " + std::to_string(bytes) + " bytes; the staging area holds " +
+                       std::to_string(kStagingBytes));
+  }
+  upload(dst, staging_.data(), bytes);
+}
+
 void CpuBackend::download(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }

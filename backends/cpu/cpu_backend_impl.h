@@ -135,6 +135,8 @@ class CpuBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override;
   uint64_t queue_download(const void* src, size_t bytes) override;
   void collect_download(uint64_t ticket, void* dst) override;
+  void* staging() override { return staging_.data(); }
+  void upload_staged(void* dst, size_t bytes) override;
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
   void synchronize() override {}
   MemoryInfo memory_info() const override;
@@ -162,6 +164,8 @@ class CpuBackend final : public Backend {
 
  private:
   void matmul_impl(const MatmulDesc& d);
+
+  std::vector<unsigned char> staging_ = std::vector<unsigned char>(kStagingBytes);
 
   ParallelRuntime runtime_;
   OpTrace trace_;

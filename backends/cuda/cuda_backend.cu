@@ -193,6 +193,38 @@ uint64_t CudaBackend::queue_download(const void* src, size_t bytes) {
   return t;
 }
 
+void* CudaBackend::staging() {
+  if (!staging_) {
+    void* p = nullptr;
+    CUDA_CHECK(cudaHostAlloc(&p, kStagingBytes, cudaHostAllocDefault));
+    staging_.reset(p);
+    cudaEvent_t ev = nullptr;
+    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    staged_done_.reset(ev);
+  }
+  if (staged_pending_) {
+    CUDA_CHECK(cudaEventSynchronize(staged_done_.get()));
+    staged_pending_ = false;
+  }
+  return staging_.get();
+}
+
+void CudaBackend::upload_staged(void* dst, size_t bytes) {
+  CUDA_REQUIRE(staging_ != nullptr, "upload_staged", "staging() has not been called");
+  CUDA_REQUIRE(bytes <= kStagingBytes, "upload_staged",
+               std::to_string(bytes) + " bytes; the staging area holds " + std::to_string(kStagingBytes));
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, staging_.get(), bytes, cudaMemcpyHostToDevice, stream()));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    staged_in_capture_ = true;  // run_step records staged_done_ behind each replay
+    return;
+  }
+  CUDA_CHECK(cudaEventRecord(staged_done_.get(), stream()));
+  staged_pending_ = true;
+}
+
 void CudaBackend::collect_download(uint64_t ticket, void* dst) {
   size_t bytes = 0;
   const int slot = tickets_.close(ticket, bytes);
@@ -305,9 +337,16 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
     count(launches_ - before);
     return;
   }
+  // Behind a replay of a step that copies from the staging area, so that staging() waits for it.
+  const auto staged_done = [&](bool staged) {
+    if (!staged) return;
+    CUDA_CHECK(cudaEventRecord(staged_done_.get(), stream()));
+    staged_pending_ = true;
+  };
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
     count(it->second.launches);
+    staged_done(it->second.staged);
     return;
   }
 
@@ -316,6 +355,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   std::string failure;
   GraphExecOwner exec;
   GraphOwner graph;
+  staged_in_capture_ = false;
   const cudaError_t begin = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal);
   if (begin != cudaSuccess) {
     failure = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(begin);
@@ -353,8 +393,9 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
     return;
   }
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
-  steps_.emplace(key, Step{std::move(exec), launches});
+  steps_.emplace(key, Step{std::move(exec), launches, staged_in_capture_});
   count(launches);
+  staged_done(staged_in_capture_);
 }
 
 void CudaBackend::reset_steps() {

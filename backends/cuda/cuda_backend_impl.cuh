@@ -73,6 +73,8 @@ class CudaBackend final : public Backend {
   void download(void* dst, const void* src, size_t bytes) override;
   uint64_t queue_download(const void* src, size_t bytes) override;
   void collect_download(uint64_t ticket, void* dst) override;
+  void* staging() override;
+  void upload_staged(void* dst, size_t bytes) override;
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
@@ -176,6 +178,11 @@ class CudaBackend final : public Backend {
   DownloadTickets tickets_;
   PinnedMemory queued_;  // (kQueuedDownloads, kQueuedDownloadBytes)
   EventOwner queued_done_[kQueuedDownloads];
+  // Backend::staging: pinned, so that a copy from it can be recorded in a step; staged_done_ is
+  // recorded behind each copy from it (behind each replay of a step that holds one).
+  PinnedMemory staging_;
+  EventOwner staged_done_;
+  bool staged_pending_ = false;  // staged_done_ has been recorded since staging() last waited
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
   // Short-prompt matmul split over k: (kSmallCounters) uint32 arrival counters, zero between
@@ -187,7 +194,9 @@ class CudaBackend final : public Backend {
   struct Step {
     GraphExecOwner exec;
     int launches = 0;
+    bool staged = false;  // holds a copy from the staging area
   };
+  bool staged_in_capture_ = false;  // upload_staged was called while recording a step
   std::unordered_map<int, Step> steps_;
   bool capture_on_ = true;
   bool capture_failed_ = false;  // warned once; steps run directly from then on

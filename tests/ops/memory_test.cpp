@@ -1,5 +1,6 @@
 // Conformance of the backend's memory and identity: zeroed allocations, upload/download round trips
-// at offsets, memory_info accounting, matrix upload errors, supported ops, creation errors.
+// at offsets, staged uploads (also inside a recorded step), memory_info accounting, matrix upload
+// errors, supported ops, creation errors.
 #include <cstring>
 
 #include "ops/conformance.h"
@@ -70,6 +71,33 @@ TEST_P(MemoryTest, QueuedDownloads) {
   std::vector<int32_t> got(16, 1);
   be().collect_download(t, got.data());
   EXPECT_EQ(got[0], 100 + kQueuedDownloads - 1);
+}
+
+// upload_staged copies the staging area's first bytes; inside a recorded step (run_step) the copy
+// reads the area again at each replay, so a replay uploads what the host wrote there since.
+TEST_P(MemoryTest, StagedUploads) {
+  Buffer b = alloc<int32_t>(64);
+  const auto stage = [&](int32_t base) {
+    int32_t* s = static_cast<int32_t*>(be().staging());
+    for (int i = 0; i < 16; ++i) s[i] = base + i;
+  };
+  const auto expect = [&](int32_t base, int n) {
+    const std::vector<int32_t> got = download<int32_t>(b);
+    for (int i = 0; i < n; ++i) ASSERT_EQ(got[size_t(i)], base + i) << "value " << i;
+    for (size_t i = size_t(n); i < got.size(); ++i) ASSERT_EQ(got[i], 0) << "value " << i << " (past the copy)";
+  };
+  stage(100);
+  be().upload_staged(b.data(), 8 * sizeof(int32_t));
+  expect(100, 8);
+
+  be().reset_steps();
+  for (int32_t base : {200, 300, 400}) {  // the first records, the others replay
+    stage(base);
+    be().run_step(7, 0, [&] { be().upload_staged(b.data(), 16 * sizeof(int32_t)); });
+    expect(base, 16);
+  }
+  be().reset_steps();
+  EXPECT_THROW(be().upload_staged(b.data(), kStagingBytes + 1), BackendError);
 }
 
 TEST_P(MemoryTest, MemoryInfoAccounting) {
