@@ -249,6 +249,20 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   // Decode with step capture (the first runs record the graphs, so warm them up untraced).
   decode_runs(m, first, n, steps);
   const Traced graphs = trace_decode(m, first, n, steps);
+  // The same prefill right after those decode steps, as in a benchmark's iterations: its records
+  // are the trace's last prefill.size() (none of the decode's starts after the prefill's first).
+  be.trace_begin();
+  decode_runs(m, first, n, steps);
+  const auto t2 = std::chrono::steady_clock::now();
+  m.prefill(prompt.data(), n, 0);
+  m.argmax();
+  const double decode_ttft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t2).count();
+  std::vector<TraceRecord> after_decode = be.trace_end();
+  std::sort(after_decode.begin(), after_decode.end(),
+            [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
+  if (after_decode.size() > prefill.size()) {
+    after_decode.erase(after_decode.begin(), after_decode.end() - std::ptrdiff_t(prefill.size()));
+  }
   const int graph_kernels = be.kernels_per_step();
   // Decode without step capture.
   be.set_step_capture(false);
@@ -337,18 +351,27 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   const size_t head = 1 + count_kernels(prefill) / size_t(std::max(1, m.config().n_layer));
   const LaunchWaits warm_waits = launch_waits(prefill, head);
   const LaunchWaits idle_waits = launch_waits(idle, head);
-  std::vector<TraceRecord> idle_kernels;
-  std::copy_if(idle.begin(), idle.end(), std::back_inserter(idle_kernels),
-               [](const TraceRecord& r) { return r.kind == TraceRecord::Kind::Kernel; });
-  const Occupancy idle_occ = occupancy(idle_kernels);
+  const LaunchWaits decode_waits = launch_waits(after_decode, head);
+  const auto kernel_span = [](const std::vector<TraceRecord>& records) {
+    std::vector<TraceRecord> kernels;
+    std::copy_if(records.begin(), records.end(), std::back_inserter(kernels),
+                 [](const TraceRecord& r) { return r.kind == TraceRecord::Kind::Kernel; });
+    return occupancy(kernels).span_us;
+  };
+  const double idle_span = kernel_span(idle), decode_span = kernel_span(after_decode);
   std::printf("device waiting for launches inside that span: %.1f us (%.1f us before its first %zu kernels; "
               "largest %.1f us)\n",
               warm_waits.total_us, warm_waits.head_us, head, warm_waits.largest_us);
   std::printf("after %d ms without launches (as between requests): %.1f us on the host = %.1f us of device span + "
               "%.1f us outside it;\n  device waiting for launches %.1f us (%.1f us before its first %zu kernels; "
               "largest %.1f us)\n",
-              kIdleMs, idle_ttft_us, idle_occ.span_us, idle_ttft_us - idle_occ.span_us, idle_waits.total_us,
-              idle_waits.head_us, head, idle_waits.largest_us);
+              kIdleMs, idle_ttft_us, idle_span, idle_ttft_us - idle_span, idle_waits.total_us, idle_waits.head_us,
+              head, idle_waits.largest_us);
+  std::printf("after %d decode steps (as in a benchmark's iterations): %.1f us on the host = %.1f us of device span + "
+              "%.1f us outside it;\n  device waiting for launches %.1f us (%.1f us before its first %zu kernels; "
+              "largest %.1f us)\n",
+              steps, decode_ttft_us, decode_span, decode_ttft_us - decode_span, decode_waits.total_us,
+              decode_waits.head_us, head, decode_waits.largest_us);
 
   // GEMM table: the matmul kernels of the first decode step, in launch order.
   std::vector<TraceRecord> kernels;
