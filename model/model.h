@@ -91,6 +91,8 @@ class Model {
   // Runs tokens [0, n) at positions pos0 .. pos0+n-1 (the cache must already hold 0 .. pos0-1),
   // in chunks of max_batch rows. Leaves the logits of the last token in logits(). When
   // `all_logits` is given it is called with (row index, logits of that row, n_vocab) for every row.
+  // Without it, a prompt of up to kPrefillRecordRows tokens in one chunk is recorded (run_step, one
+  // CUDA graph per length) the second time its length comes, and replayed from then on.
   void prefill(const int32_t* tokens, int n, int pos0,
                const std::function<void(int, const float*, int)>& all_logits = {});
   // Runs one token at position pos (cache holds 0 .. pos-1). A backend with step capture records
