@@ -421,9 +421,7 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
     prefill_seen_[size_t(n)] = 2;
     // The ids and positions go through the backend's staging area, whose copy is part of the
     // recording: a replay is one call for the host.
-    int32_t* ids_pos = static_cast<int32_t*>(be_.staging());
-    std::copy(tokens, tokens + n, ids_pos);
-    for (int i = 0; i < n; ++i) ids_pos[n + i] = pos0 + i;
+    fill_prompt(static_cast<int32_t*>(be_.staging()), tokens, n, pos0);
     be_.run_step(kPrefillStepKey - n, /*steps=*/0, [&] {
       be_.upload_staged(prompt_.data(), size_t(2 * n) * sizeof(int32_t));
       embed_chunk(nullptr, n, pos0);
@@ -463,10 +461,14 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   }
 }
 
+void Model::fill_prompt(int32_t* out, const int32_t* tokens, int m, int pos0) {
+  std::copy(tokens, tokens + m, out);
+  for (int i = 0; i < m; ++i) out[m + i] = pos0 + i;
+}
+
 void Model::upload_prompt(const int32_t* tokens, int m, int pos0) {
   std::vector<int32_t> ids_pos(size_t(2 * m));
-  std::copy(tokens, tokens + m, ids_pos.begin());
-  for (int i = 0; i < m; ++i) ids_pos[size_t(m + i)] = pos0 + i;
+  fill_prompt(ids_pos.data(), tokens, m, pos0);
   be_.upload(prompt_.data(), ids_pos.data(), size_t(2 * m) * sizeof(int32_t));
 }
 

@@ -144,9 +144,11 @@ class Model {
                   bool last_row_out = false, bool recorded = false);
   void run_decode_steps(int pos, int n);
   void check_position(int pos) const;
-  // A prefill chunk's pieces: its m token ids and positions (pos0 ..) into prompt_; the embedding
+  // A prefill chunk's pieces: its m token ids, then its positions pos0 .. pos0 + m - 1, into out (the
+  // layout of prompt_) and into prompt_; the embedding
   // (ids from the host, which then also writes the positions, or, with host_ids null, from
   // prompt_); the lm_head of row i of x_ with its argmax into step_.
+  static void fill_prompt(int32_t* out, const int32_t* tokens, int m, int pos0);
   void upload_prompt(const int32_t* tokens, int m, int pos0);
   void embed_chunk(const int32_t* host_ids, int m, int pos0);
   void lm_head_row(int i);

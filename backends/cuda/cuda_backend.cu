@@ -221,6 +221,10 @@ void CudaBackend::upload_staged(void* dst, size_t bytes) {
     staged_in_capture_ = true;  // run_step records staged_done_ behind each replay
     return;
   }
+  staged_copy_queued();
+}
+
+void CudaBackend::staged_copy_queued() {
   CUDA_CHECK(cudaEventRecord(staged_done_.get(), stream()));
   staged_pending_ = true;
 }
@@ -337,16 +341,10 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
     count(launches_ - before);
     return;
   }
-  // Behind a replay of a step that copies from the staging area, so that staging() waits for it.
-  const auto staged_done = [&](bool staged) {
-    if (!staged) return;
-    CUDA_CHECK(cudaEventRecord(staged_done_.get(), stream()));
-    staged_pending_ = true;
-  };
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
     count(it->second.launches);
-    staged_done(it->second.staged);
+    if (it->second.staged) staged_copy_queued();
     return;
   }
 
@@ -395,7 +393,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   steps_.emplace(key, Step{std::move(exec), launches, staged_in_capture_});
   count(launches);
-  staged_done(staged_in_capture_);
+  if (staged_in_capture_) staged_copy_queued();
 }
 
 void CudaBackend::reset_steps() {

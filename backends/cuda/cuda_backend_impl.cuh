@@ -183,6 +183,7 @@ class CudaBackend final : public Backend {
   PinnedMemory staging_;
   EventOwner staged_done_;
   bool staged_pending_ = false;  // staged_done_ has been recorded since staging() last waited
+  void staged_copy_queued();     // records staged_done_ behind the copy (or replay) just queued
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
   // Short-prompt matmul split over k: (kSmallCounters) uint32 arrival counters, zero between
