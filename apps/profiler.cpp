@@ -8,6 +8,7 @@
 #include <map>
 #include <numeric>
 #include <thread>
+#include <utility>
 #include <nlohmann/json.hpp>
 
 #include "model/generator.h"
@@ -199,13 +200,19 @@ double print_chain(const std::vector<TraceRecord>& recs, const char* title, int 
   return span;
 }
 
+// The last n records of a trace in start order (all of them when it holds no more).
+std::vector<TraceRecord> last_records(std::vector<TraceRecord> records, size_t n) {
+  std::sort(records.begin(), records.end(),
+            [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
+  if (records.size() > n) records.erase(records.begin(), records.end() - std::ptrdiff_t(n));
+  return records;
+}
+
 // The records of the second of two runs of the same work in one trace, in start order: both runs
 // queue the same records, so the second half is the second run's.
 std::vector<TraceRecord> second_run(std::vector<TraceRecord> records) {
-  std::sort(records.begin(), records.end(),
-            [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
-  if (records.size() % 2 == 0) records.erase(records.begin(), records.begin() + std::ptrdiff_t(records.size() / 2));
-  return records;
+  const size_t n = records.size() % 2 == 0 ? records.size() / 2 : records.size();
+  return last_records(std::move(records), n);
 }
 
 }  // namespace
@@ -250,19 +257,15 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   decode_runs(m, first, n, steps);
   const Traced graphs = trace_decode(m, first, n, steps);
   // The same prefill right after those decode steps, as in a benchmark's iterations: its records
-  // are the trace's last prefill.size() (none of the decode's starts after the prefill's first).
+  // are the trace's last prefill.size() in start order (none of the decode's starts after the
+  // prefill's first).
   be.trace_begin();
   decode_runs(m, first, n, steps);
   const auto t2 = std::chrono::steady_clock::now();
   m.prefill(prompt.data(), n, 0);
   m.argmax();
   const double decode_ttft_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t2).count();
-  std::vector<TraceRecord> after_decode = be.trace_end();
-  std::sort(after_decode.begin(), after_decode.end(),
-            [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
-  if (after_decode.size() > prefill.size()) {
-    after_decode.erase(after_decode.begin(), after_decode.end() - std::ptrdiff_t(prefill.size()));
-  }
+  const std::vector<TraceRecord> after_decode = last_records(be.trace_end(), prefill.size());
   const int graph_kernels = be.kernels_per_step();
   // Decode without step capture.
   be.set_step_capture(false);
