@@ -61,6 +61,12 @@ __device__ __forceinline__ void store_tagged(uint64_t* p, uint32_t tag, float v)
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(word) : "memory");
 }
 
+// Four consecutive tagged values at p (32-byte aligned) in two 16-byte loads: one trip to memory.
+__device__ __forceinline__ void load_relaxed4(const uint64_t* p, uint64_t (&w)[4]) {
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(w[0]), "=l"(w[1]) : "l"(p) : "memory");
+  asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(w[2]), "=l"(w[3]) : "l"(p + 2) : "memory");
+}
+
 // The value at p once its word carries `tag` (spinning until then).
 __device__ __forceinline__ float wait_tagged(const uint64_t* p, uint32_t tag) {
   uint64_t u;

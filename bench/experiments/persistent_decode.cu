@@ -3,26 +3,28 @@
 // attention over the cache, output projection and residual add, rmsnorm and gate/up with SwiGLU,
 // down projection and residual add), W8 weights with fp16 group scales as tiny-llm stores them.
 // Timing only: the arithmetic is tiny-llm's (int8 widened exactly, fp32 products), but the result
-// is not compared with anything, and the lm_head is left out. It measures what the persistent form
-// measured by persistent_layers.cu costs once each step does a layer's real work.
+// is not compared with anything, and the lm_head is left out.
 //
-// One block of 1024 threads per SM (cooperative launch), the ops one after another in every block.
+// One block per SM (cooperative launch): 15 compute warps that run the ops one after another, and
+// a copy warp. Each block owns a contiguous share of every weighted op's rows; the shares' weights
+// and scales live in shared memory, one area per op (about 121 KB in all), filled by bulk copies
+// (cp.async.bulk, completion on an mbarrier). As soon as the compute warps finish an op, the copy
+// warp asks for the op's next-layer share, so every op finds its weights in place, a layer ahead.
 // Ops hand off through vectors of 64-bit words, each a value and the number of the op that wrote it
-// (see persistent_layers.cu): a block spins on the values it reads. A block with no rows in an op
-// skips it, so blocks without attention or output-projection rows go on to gate/up and request its
-// weights while the others still compute. Each warp requests its weights for an op before it
-// waits for the op's input. Rows go to warps in order (warp w of the grid takes row w, w + warps,
-// ...), one warp per row (four per row of the down projection, whose partial sums meet in shared
-// memory). Attention: one block per query head over n_kv cache rows, a warp per row at a time.
+// (see persistent_layers.cu): a thread polls all the words it stages at once, so that it sees them
+// one trip to memory after they are written. Whatever an op reads that an earlier op wrote (the
+// residual, the norm weights, the bias, the cache rows) is requested before it waits for its input.
+// Each warp keeps its part of x in registers for all its rows. Attention: blocks of one or seven
+// query heads (one KV head) and a split of at most 256 cache rows, copied into shared memory before
+// the wait; the output projection's stage merges the splits.
 //
-// Prints microseconds per step and per layer for a few context lengths, for the whole work and for
-// two reductions of it that show where the time goes: without attention (each head's output is its
-// q), and without attention or weight loads (the registers filled with made-up weights). Built as
-// ./build/persistent_decode_experiment with the CUDA backend (needs a cooperative launch of one
-// 1024-thread block per SM).
+// Prints microseconds per step and per layer for three context lengths, for the whole work and for
+// reductions of it that show where the time goes (see the variants in main).
+// Built as ./build/persistent_decode_experiment with the CUDA backend; runs on sm_90 (bulk copies).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -34,285 +36,583 @@
 
 namespace {
 
-constexpr int kE = 896, kF = 4864, kHeads = 14, kKvHeads = 2, kHd = 64, kQkv = (kHeads + 2 * kKvHeads) * kHd;
-constexpr int kLayers = 24, kOps = 5, kCtx = 4096, kThreads = 1024, kWarps = kThreads / 32;
-constexpr int kDownSlices = 4;
+constexpr int kE = 896, kF = 4864, kHeads = 14, kKvHeads = 2, kGroup = kHeads / kKvHeads, kHd = 64;
+constexpr int kQkv = (kHeads + 2 * kKvHeads) * kHd;
+constexpr int kLayers = 24, kCtx = 4096;
+constexpr int kThreads = 480, kWarps = kThreads / 32;  // compute threads; one more warp asks for the copies
+constexpr int kMinBlocks = 128;                 // the shared-memory shares are sized for this many blocks
+constexpr int kSplitRows = 256;                 // cache rows of one attention split, at most
+constexpr int kMaxSplits = kCtx / kSplitRows;
+constexpr int kPart = kHd + 2;                  // a head's split result: o (not normalised), max, sum
+constexpr int kMergeSplits = 2;                 // splits the merge polls at once
 constexpr float kEps = 1e-6f, kTheta = 1000000.0f;
-enum Op { kQkvOp, kAttnOp, kOutOp, kGateUpOp, kDownOp };
+enum Op { kQkvOp, kAttnOp, kOutOp, kGateUpOp, kDownOp, kOps };
+enum Weighted { kQkvW, kOutW, kGateUpW, kDownW, kWeighted };
 
 struct LayerWeights {
-  const int8_t* q[4];     // qkv (kQkv, kE), out (kE, kE), gate/up (2 kF, kE), down (kE, kF)
-  const __half* s[4];     // their scales, one per 32 values of a row
-  const float* bias;      // (kQkv)
-  const float* norm[2];   // attention and FFN rmsnorm weights (kE)
-  __half* k_cache;        // (kKvHeads, kCtx, kHd)
+  const int8_t* q[kWeighted];  // qkv (kQkv, kE), out (kE, kE), gate/up (2 kF, kE), down (kE, kF)
+  const __half* s[kWeighted];  // their scales, one per 32 values of a row
+  const float* bias;           // (kQkv)
+  const float* norm[2];        // attention and FFN rmsnorm weights (kE)
+  __half* k_cache;             // (kKvHeads, kCtx, kHd)
   __half* v_cache;
 };
-__constant__ LayerWeights c_layer[kLayers];
+__constant__ LayerWeights c_layer[2][kLayers];  // [1]: every layer with layer 0's weights (see main)
 
 struct Vectors {
-  uint64_t* x;      // (kE) residual stream, tagged
+  uint64_t* x;      // (kE) residual stream after a layer, tagged
+  uint64_t* x2;     // (kE) residual stream after the attention block
   uint64_t* qkv;    // (kQkv)
-  uint64_t* attn;   // (kE)
+  uint64_t* attn;   // (kMaxSplits, kHeads, kPart)
   uint64_t* ffn;    // (kF)
   const float* x0;  // (kE) the step's embedding row
   uint32_t* epoch;  // launches so far: makes every launch's tags new
   int n_kv;         // cache rows after this step's append
+  int splits;       // attention splits per head
+  int heads;        // query heads per attention block (1 or kGroup)
+  int table;        // c_layer[table]
+  int chunk;        // bytes per copy of the copy warp (0: an op's share at once)
+  int period;       // cycles between two of its copies
 };
 
-using tllm::cuda::block_sum;
+// A weighted op's shape: rows (pairs for gate/up), row length, matrices (gate/up: 2).
+struct Shape {
+  int rows, k, parts;
+};
+__host__ __device__ constexpr Shape shape_of(int w) {
+  return w == kQkvW ? Shape{kQkv, kE, 1} : w == kOutW ? Shape{kE, kE, 1} : w == kGateUpW ? Shape{kF, kE, 2} : Shape{kE, kF, 1};
+}
+__host__ __device__ constexpr int max_share(int rows) { return (rows + kMinBlocks - 1) / kMinBlocks; }
+__host__ __device__ constexpr int scale_area(const Shape& s) { return max_share(s.rows) * (s.k / 32) * 2 + 32; }
+__host__ __device__ constexpr int part_bytes(const Shape& s) { return (max_share(s.rows) * s.k + scale_area(s) + 15) / 16 * 16; }
+__host__ __device__ constexpr int op_bytes(const Shape& s) { return s.parts * part_bytes(s); }
+__host__ __device__ constexpr int area_offset(int w) { return w == 0 ? 0 : area_offset(w - 1) + op_bytes(shape_of(w - 1)); }
+constexpr int kWeightBytes = area_offset(kWeighted);
+constexpr int kKvOffset = kWeightBytes;                                    // K then V rows of a split
+constexpr int kXsOffset = kKvOffset + 2 * kSplitRows * kHd * 2;            // staged input (kF floats)
+constexpr int kScoresOffset = kXsOffset + kF * 4;                          // (kGroup, kSplitRows + 1)
+constexpr int kQOffset = kScoresOffset + (kGroup * (kSplitRows + 1) * 4 + 15) / 16 * 16;  // q (kGroup, kHd), k, v
+constexpr int kPvOffset = kQOffset + (kGroup + 2) * kHd * 4;              // PV partial sums (kThreads)
+constexpr int kRedOffset = kPvOffset + kThreads * 4;                       // row results, sums, head stats
+constexpr int kStatsAt = 2 * max_share(kF) + kWarps + kWarps * max_share(kE);  // (floats into the area)
+constexpr int kSmemBytes = kRedOffset + (kStatsAt + kGroup * 2) * 4;
+
 using tllm::cuda::dot_i8x4;
+using tllm::cuda::mbarrier_arrive_expect;
+using tllm::cuda::mbarrier_wait;
+using tllm::cuda::smem_address;
 using tllm::cuda::warp_max;
 using tllm::cuda::warp_sum;
 
-__device__ float block_max(float v, float* scratch) {
-  v = warp_max(v);
+// The compute warps' barrier (the copy warp, kWarps, never joins it).
+__device__ __forceinline__ void compute_sync() { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
+
+// Sum over the compute threads; every one gets the result.
+__device__ __forceinline__ float compute_sum(float v, float* scratch) {
+  v = warp_sum(v);
   if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float t = -INFINITY;
-  for (int w = 0; w < kWarps; ++w) t = fmaxf(t, scratch[w]);
-  __syncthreads();
-  return t;
+  compute_sync();
+  float total = 0.f;
+  for (int w = 0; w < kWarps; ++w) total += scratch[w];
+  compute_sync();
+  return total;
+}
+
+__device__ __forceinline__ void bulk_copy(void* dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                   smem_address(dst)),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+#endif
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* src, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+#endif
+}
+
+// Block b's rows of an op with n rows: [n b / blocks, n (b + 1) / blocks).
+__device__ __forceinline__ int share_begin(int n, int b) { return int(int64_t(n) * b / int(gridDim.x)); }
+
+// Where the scales of rows [r0, ...) of a k-long matrix start in its copy: bulk copies move 16-byte
+// aligned ranges, so the copy starts at the 16-byte boundary below the first scale.
+__device__ __forceinline__ int scale_shift(int r0, int k) { return (r0 * (k / 32) * 2) & 15; }
+
+// One thread: asks for layer l's rows of weighted op w into its area.
+// Bytes [lo, hi) of layer L's share of weighted op w (its parts' weights one after the other) into
+// the op's area; the first range also arms the mbarrier for the whole share and copies the scales.
+// kL2Only: the same bytes only brought into L2 (no copy, no mbarrier).
+template <bool kL2Only = false>
+__device__ void fetch_range(const LayerWeights& L, int w, uint8_t* smem, uint32_t bar, uint32_t lo, uint32_t hi) {
+  const Shape sh = shape_of(w);
+  const int r0 = share_begin(sh.rows, blockIdx.x), r1 = share_begin(sh.rows, blockIdx.x + 1);
+  const int s0 = r0 * (sh.k / 32) * 2, s1 = r1 * (sh.k / 32) * 2;
+  const uint32_t sbytes = uint32_t(((s1 + 15) & ~15) - (s0 & ~15));
+  const uint32_t wbytes = uint32_t((r1 - r0) * sh.k);
+  if (!kL2Only && lo == 0) mbarrier_arrive_expect(bar, sh.parts * (wbytes + sbytes));
+  for (int p = 0; p < sh.parts; ++p) {
+    uint8_t* area = smem + area_offset(w) + p * part_bytes(sh);
+    const int row0 = r0 + p * sh.rows;  // gate/up: the up rows follow the gate rows
+    const auto* q = reinterpret_cast<const uint8_t*>(L.q[w]) + int64_t(row0) * sh.k;
+    const auto* s = reinterpret_cast<const uint8_t*>(L.s[w]) + ((int64_t(row0) * (sh.k / 32) * 2) & ~int64_t(15));
+    const uint32_t a = max(lo, p * wbytes), e = min(hi, (p + 1) * wbytes);
+    if (e > a) {
+      if (kL2Only) prefetch_l2(q + (a - p * wbytes), e - a);
+      else bulk_copy(area + (a - p * wbytes), q + (a - p * wbytes), e - a, bar);
+    }
+    if (lo == 0) {
+      if (kL2Only) prefetch_l2(s, sbytes);
+      else bulk_copy(area + max_share(sh.rows) * sh.k, s, sbytes, bar);
+    }
+  }
+}
+__device__ __forceinline__ uint32_t share_bytes(int w) {
+  const Shape sh = shape_of(w);
+  return uint32_t(sh.parts * (share_begin(sh.rows, blockIdx.x + 1) - share_begin(sh.rows, blockIdx.x)) * sh.k);
+}
+__device__ __forceinline__ void fetch(const LayerWeights& L, int w, uint8_t* smem, uint32_t bar) {
+  fetch_range(L, w, smem, bar, 0, share_bytes(w));
 }
 
 // x in shared memory as fp32 units of 4 values, vector c's units rotated by c / 2 (bank spread).
 __device__ __forceinline__ int x_unit(int c, int j) { return 4 * c + ((j + (c >> 1)) & 3); }
 
-// Stages n values (a multiple of 4) into xs: tagged (each once it carries `tag`) or plain, with the
-// rmsnorm when norm_w is given (values rounded to fp16, as the engine's prologue writes them).
-__device__ __forceinline__ void stage(const uint64_t* tagged, const float* plain, uint32_t tag, int n, const float* norm_w,
-                      float4* xs, float* scratch) {
-  const int units = n / 4;
-  float ss = 0.f;
-  for (int u = threadIdx.x; u < units; u += kThreads) {
-    float v[4];
-    for (int i = 0; i < 4; ++i) v[i] = tagged ? wait_tagged(tagged + 4 * u + i, tag) : plain[4 * u + i];
-    xs[x_unit(u / 4, u % 4)] = make_float4(v[0], v[1], v[2], v[3]);
-    ss += v[0] * v[0] + v[1] * v[1] + v[2] * v[2] + v[3] * v[3];
-  }
-  if (!norm_w) {
-    __syncthreads();
-    return;
-  }
-  const float inv = rsqrtf(block_sum(ss, scratch) / float(n) + kEps);
-  for (int u = threadIdx.x; u < units; u += kThreads) {
-    float4& x = xs[x_unit(u / 4, u % 4)];
-    const float4 w = reinterpret_cast<const float4*>(norm_w)[u];
-    x = make_float4(__half2float(__float2half_rn(x.x * inv * w.x)), __half2float(__float2half_rn(x.y * inv * w.y)),
-                    __half2float(__float2half_rn(x.z * inv * w.z)), __half2float(__float2half_rn(x.w * inv * w.w)));
-  }
-  __syncthreads();
+// Four tagged words at p (32-byte aligned) once all carry tag.
+__device__ __forceinline__ float4 poll4(const uint64_t* p, uint32_t tag) {
+  uint64_t w[4];
+  do load_relaxed4(p, w);
+  while (uint32_t(w[0] >> 32) != tag || uint32_t(w[1] >> 32) != tag || uint32_t(w[2] >> 32) != tag ||
+         uint32_t(w[3] >> 32) != tag);
+  return make_float4(__uint_as_float(uint32_t(w[0])), __uint_as_float(uint32_t(w[1])), __uint_as_float(uint32_t(w[2])),
+                     __uint_as_float(uint32_t(w[3])));
 }
 
-// A lane's share of one weight row: vectors first, first + step, ... (kN of them, 16 int8 each).
-template <int kN>
-struct RowShare {
-  uint4 w[kN];
-  __half s[kN];
-};
-// kLoad false: the same registers filled without a load (the timing of everything but the weights).
-template <bool kLoad, int kN>
-__device__ __forceinline__ void load_share(const int8_t* q, const __half* s, int k, int row, int first, int step,
-                                           RowShare<kN>& r) {
-  const int chunks = k / 16;
+// Polls the tagged words units u, u + kThreads, ... (4 words each) of a vector until all carry tag.
+template <int kPer>
+__device__ __forceinline__ void poll_units(const uint64_t* tagged, int units, uint32_t tag, float4 (&v)[kPer]) {
+  bool all;
+  do {
+    all = true;
 #pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int c = first + i * step;
-    const bool ok = c < chunks;
-    if (kLoad) {
-      r.w[i] = ok ? __ldg(reinterpret_cast<const uint4*>(q + int64_t(row) * k) + c) : make_uint4(0, 0, 0, 0);
-      r.s[i] = ok ? __ldg(s + int64_t(row) * (k / 32) + c / 2) : __float2half(0.f);
-    } else {
-      r.w[i] = make_uint4(uint32_t(row), uint32_t(c), 0u, 0u);
-      r.s[i] = __float2half(ok ? 0.001f : 0.f);
+    for (int i = 0; i < kPer; ++i) {
+      const int u = int(threadIdx.x) + i * kThreads;
+      if (u >= units) continue;
+      uint64_t w[4];
+      load_relaxed4(tagged + 4 * u, w);
+      all = all && uint32_t(w[0] >> 32) == tag && uint32_t(w[1] >> 32) == tag && uint32_t(w[2] >> 32) == tag &&
+            uint32_t(w[3] >> 32) == tag;
+      v[i] = make_float4(__uint_as_float(uint32_t(w[0])), __uint_as_float(uint32_t(w[1])),
+                         __uint_as_float(uint32_t(w[2])), __uint_as_float(uint32_t(w[3])));
+    }
+  } while (!all);
+}
+
+// Stages kN values (a multiple of 4) into xs: tagged (each once it carries `tag`) or plain, with the
+// rmsnorm when norm_w is given (values rounded to fp16, as the engine's prologue writes them).
+template <int kN>
+__device__ __forceinline__ void stage(const uint64_t* tagged, const float* plain, uint32_t tag, const float* norm_w,
+                                      float4* xs, float* scratch) {
+  constexpr int kUnits = kN / 4, kPer = (kUnits + kThreads - 1) / kThreads;
+  float4 v[kPer], nw[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int u = int(threadIdx.x) + i * kThreads;
+    if (norm_w && u < kUnits) nw[i] = reinterpret_cast<const float4*>(norm_w)[u];
+  }
+  if (tagged) {
+    poll_units<kPer>(tagged, kUnits, tag, v);
+  } else {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      const int u = int(threadIdx.x) + i * kThreads;
+      if (u < kUnits) v[i] = reinterpret_cast<const float4*>(plain)[u];
     }
   }
+  if (norm_w) {
+    float ss = 0.f;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i)
+      if (int(threadIdx.x) + i * kThreads < kUnits)
+        ss += v[i].x * v[i].x + v[i].y * v[i].y + v[i].z * v[i].z + v[i].w * v[i].w;
+    const float inv = rsqrtf(compute_sum(ss, scratch) / float(kN) + kEps);
+    auto r = [&](float a, float w) { return __half2float(__float2half_rn(a * inv * w)); };
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) v[i] = make_float4(r(v[i].x, nw[i].x), r(v[i].y, nw[i].y), r(v[i].z, nw[i].z), r(v[i].w, nw[i].w));
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int u = int(threadIdx.x) + i * kThreads;
+    if (u < kUnits) xs[x_unit(u / 4, u % 4)] = v[i];
+  }
+  compute_sync();
 }
-template <int kN>
-__device__ __forceinline__ float dot_share(const RowShare<kN>& r, const float4* xs, int k, int first, int step) {
+
+// A lane's share of x for rows of kE values: chunks lane and lane + 32 (16 values each), read from
+// xs once per op and used for every row the warp takes.
+struct XShare {
+  float4 x[2][4];
+};
+__device__ __forceinline__ void load_x(const float4* xs, int lane, XShare& r) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int c = lane + 32 * i;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.x[i][j] = c < kE / 16 ? xs[x_unit(c, j)] : make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
+// 16 weights of chunk q against x, times the chunk's scale.
+__device__ __forceinline__ float dot_chunk(uint4 q, const float4 (&x)[4], __half scale, float acc) {
+  float d = dot_i8x4(q.x, x[0], 0.f);
+  d = dot_i8x4(q.y, x[1], d);
+  d = dot_i8x4(q.z, x[2], d);
+  d = dot_i8x4(q.w, x[3], d);
+  return fmaf(d, __half2float(scale), acc);
+}
+
+// This lane's part of row `row` (of kE values) of a share whose scales start at byte `shift` of
+// their copy.
+template <bool kArithmetic>
+__device__ __forceinline__ float dot_row(const uint8_t* area, int max_rows, int shift, int row, const XShare& x, int lane) {
+  if (!kArithmetic) return x.x[0][0].x;
+  const uint8_t* w = area + row * kE;
+  const __half* s = reinterpret_cast<const __half*>(area + max_rows * kE + shift) + row * (kE / 32);
   float acc = 0.f;
 #pragma unroll
-  for (int i = 0; i < kN; ++i) {
-    const int c = first + i * step;
-    if (c < k / 16) {
-      float d = dot_i8x4(r.w[i].x, xs[x_unit(c, 0)], 0.f);
-      d = dot_i8x4(r.w[i].y, xs[x_unit(c, 1)], d);
-      d = dot_i8x4(r.w[i].z, xs[x_unit(c, 2)], d);
-      d = dot_i8x4(r.w[i].w, xs[x_unit(c, 3)], d);
-      acc = fmaf(d, __half2float(r.s[i]), acc);
-    }
+  for (int i = 0; i < 2; ++i) {
+    const int c = lane + 32 * i;
+    if (c < kE / 16) acc = dot_chunk(*reinterpret_cast<const uint4*>(w + 16 * c), x.x[i], s[c / 2], acc);
   }
   return acc;
 }
 
-// One attention head: q head h and the KV head's new row (rope at position n_kv - 1; the first
-// query head of a KV head appends the row), then softmax(q·Kᵀ / 8)·V over n_kv rows.
-__device__ __noinline__ void attention_head(const LayerWeights& L, const Vectors& v, int h, uint32_t tag_in, uint32_t tag_out,
-                               float* smem) {
-  float* q = smem;              // (kHd)
-  float* k_new = q + kHd;       // (kHd)
-  float* v_new = k_new + kHd;   // (kHd)
-  float* scores = v_new + kHd;  // (kCtx)
-  float* partial = scores + kCtx;  // (kWarps, kHd)
-  float* scratch = partial + kWarps * kHd;
-  const int g = h / (kHeads / kKvHeads), pos = v.n_kv - 1;
+// Attention of one block: query heads h0 .. h0 + heads - 1 (one KV head g) over split `split` of the
+// cache rows before the new one (the last split also takes the new row, which it appends).
+__device__ void attention(const LayerWeights& L, const Vectors& v, int h0, int heads, int split, uint32_t tag_in,
+                          uint32_t tag_out, uint8_t* smem, uint32_t kv_bar, uint32_t parity) {
   const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
-  if (t < 3 * kHd) {
-    const int part = t / kHd, d = t % kHd;
-    const int at = part == 0 ? h * kHd + d : part == 1 ? (kHeads + g) * kHd + d : (kHeads + kKvHeads + g) * kHd + d;
-    (part == 0 ? q : part == 1 ? k_new : v_new)[d] = wait_tagged(v.qkv + at, tag_in);
+  const int g = h0 / kGroup, pos = v.n_kv - 1;
+  const int r0 = pos * split / v.splits, r1 = pos * (split + 1) / v.splits;
+  const bool last = split == v.splits - 1;
+  const int rows = r1 - r0, all_rows = rows + (last ? 1 : 0);
+  const __half2* kc = reinterpret_cast<const __half2*>(smem + kKvOffset);
+  const __half* vc = reinterpret_cast<const __half*>(smem + kKvOffset + kSplitRows * kHd * 2);
+  float* scores = reinterpret_cast<float*>(smem + kScoresOffset);  // (heads, kSplitRows + 1)
+  float* q = reinterpret_cast<float*>(smem + kQOffset);            // (heads, kHd), then k, v
+  float* kn = q + heads * kHd;
+  float* vn = kn + kHd;
+  float* pv = reinterpret_cast<float*>(smem + kPvOffset);
+  float* stats = reinterpret_cast<float*>(smem + kRedOffset) + kStatsAt;  // (heads, 2)
+  if (t == 0) {
+    const uint32_t bytes = uint32_t(rows * kHd * 2);
+    mbarrier_arrive_expect(kv_bar, 2 * bytes);
+    if (bytes) {
+      bulk_copy(smem + kKvOffset, L.k_cache + (int64_t(g) * kCtx + r0) * kHd, bytes, kv_bar);
+      bulk_copy(smem + kKvOffset + kSplitRows * kHd * 2, L.v_cache + (int64_t(g) * kCtx + r0) * kHd, bytes, kv_bar);
+    }
   }
-  __syncthreads();
-  if (t < kHd) {  // Neox rope on q and k: pairs (i, i + 32)
+  // q of the block's heads, then k and v of the KV head: 16 units of 4 words each.
+  const int units = (heads + 2) * (kHd / 4);
+  if (t < units) {
+    const int part = t / (kHd / 4), j = t % (kHd / 4);
+    const int at = part < heads ? (h0 + part) * kHd : part == heads ? (kHeads + g) * kHd : (kHeads + kKvHeads + g) * kHd;
+    reinterpret_cast<float4*>(q)[t] = poll4(v.qkv + at + 4 * j, tag_in);
+  }
+  compute_sync();
+  if (t < (heads + 1) * (kHd / 2)) {  // Neox rope on q and k: pairs (i, i + 32)
     const int i = t % (kHd / 2);
-    float* vec = t < kHd / 2 ? q : k_new;
-    const float a = float(pos) * powf(kTheta, -2.0f * float(i) / float(kHd));
-    float s, c;
-    sincosf(a, &s, &c);
-    const float x0 = vec[i], x1 = vec[i + kHd / 2];
-    __syncwarp();
-    vec[i] = x0 * c - x1 * s;
-    vec[i + kHd / 2] = x0 * s + x1 * c;
+    float* vec = q + (t / (kHd / 2)) * kHd;
+    float sn, cs;
+    sincosf(float(pos) * powf(kTheta, -2.0f * float(i) / float(kHd)), &sn, &cs);
+    const float a = vec[i], b = vec[i + kHd / 2];
+    vec[i] = a * cs - b * sn;
+    vec[i + kHd / 2] = a * sn + b * cs;
   }
-  __syncthreads();
-  if (h % (kHeads / kKvHeads) == 0 && t < kHd) {
-    L.k_cache[(int64_t(g) * kCtx + pos) * kHd + t] = __float2half_rn(k_new[t]);
-    L.v_cache[(int64_t(g) * kCtx + pos) * kHd + t] = __float2half_rn(v_new[t]);
+  compute_sync();
+  if (last && h0 % kGroup == 0 && t < kHd) {
+    L.k_cache[(int64_t(g) * kCtx + pos) * kHd + t] = __float2half_rn(kn[t]);
+    L.v_cache[(int64_t(g) * kCtx + pos) * kHd + t] = __float2half_rn(vn[t]);
   }
-  const __half* kc = L.k_cache + int64_t(g) * kCtx * kHd;
-  const __half* vc = L.v_cache + int64_t(g) * kCtx * kHd;
-  const float q0 = q[2 * lane] * 0.125f, q1 = q[2 * lane + 1] * 0.125f;
-  float mx = -INFINITY;
-  for (int r = warp; r < v.n_kv; r += kWarps) {
-    float2 k2;
-    if (r == pos) {
-      k2 = make_float2(k_new[2 * lane], k_new[2 * lane + 1]);
+  mbarrier_wait(kv_bar, parity);
+  for (int i = t; i < heads * all_rows; i += kThreads) {
+    const int hh = i / all_rows, r = i % all_rows;
+    const float* qh = q + hh * kHd;
+    float acc = 0.f;
+    if (r < rows) {
+      for (int j = 0; j < kHd / 2; ++j) {  // pair (r + j) mod 32 first: lanes of a warp in distinct banks
+        const int jj = (j + r) & (kHd / 2 - 1);
+        const float2 k2 = __half22float2(kc[r * (kHd / 2) + jj]);
+        acc = fmaf(qh[2 * jj], k2.x, fmaf(qh[2 * jj + 1], k2.y, acc));
+      }
     } else {
-      k2 = __half22float2(reinterpret_cast<const __half2*>(kc + int64_t(r) * kHd)[lane]);
+      for (int j = 0; j < kHd; ++j) acc = fmaf(qh[j], kn[j], acc);
     }
-    const float sc = warp_sum(q0 * k2.x + q1 * k2.y);
-    if (lane == 0) scores[r] = sc;
-    mx = fmaxf(mx, sc);
+    scores[hh * (kSplitRows + 1) + r] = acc * 0.125f;
   }
-  mx = block_max(mx, scratch);
-  float o0 = 0.f, o1 = 0.f, sum = 0.f;
-  for (int r = warp; r < v.n_kv; r += kWarps) {
-    const float p = __expf(scores[r] - mx);
-    sum += p;
-    float2 v2;
-    if (r == pos) {
-      v2 = make_float2(v_new[2 * lane], v_new[2 * lane + 1]);
-    } else {
-      v2 = __half22float2(reinterpret_cast<const __half2*>(vc + int64_t(r) * kHd)[lane]);
+  compute_sync();
+  if (warp < heads) {  // softmax over the split, a warp per head
+    float* sc = scores + warp * (kSplitRows + 1);
+    float mx = -INFINITY;
+    for (int r = lane; r < all_rows; r += 32) mx = fmaxf(mx, sc[r]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int r = lane; r < all_rows; r += 32) {
+      const float p = __expf(sc[r] - mx);
+      sc[r] = p;
+      sum += p;
     }
-    o0 = fmaf(p, v2.x, o0);
-    o1 = fmaf(p, v2.y, o1);
+    sum = warp_sum(sum);
+    if (lane == 0) {
+      stats[2 * warp] = mx;
+      stats[2 * warp + 1] = sum;
+    }
   }
-  partial[warp * kHd + 2 * lane] = o0;
-  partial[warp * kHd + 2 * lane + 1] = o1;
-  sum = block_sum(lane == 0 ? sum : 0.f, scratch);  // each warp's lanes hold the same sum
-  if (t < kHd) {
+  compute_sync();
+  const int parts = kThreads / (heads * kHd);  // PV: thread (part, head, d) sums rows part, part + parts, ...
+  {
+    const int part = t / (heads * kHd), hh = (t / kHd) % heads, d = t % kHd;
     float o = 0.f;
-    for (int w = 0; w < kWarps; ++w) o += partial[w * kHd + t];
-    store_tagged(v.attn + h * kHd + t, tag_out, o / sum);
+    if (part < parts) {
+      const float* p = scores + hh * (kSplitRows + 1);
+      for (int r = part; r < all_rows; r += parts) o = fmaf(p[r], r < rows ? __half2float(vc[r * kHd + d]) : vn[d], o);
+    }
+    pv[t] = o;
   }
-  __syncthreads();
+  compute_sync();
+  if (t < heads * kHd) {
+    float o = 0.f;
+    for (int p = 0; p < parts; ++p) o += pv[p * heads * kHd + t];
+    const int hh = t / kHd, d = t % kHd;
+    uint64_t* out = v.attn + (int64_t(split) * kHeads + h0 + hh) * kPart;
+    store_tagged(out + d, tag_out, o);
+    if (d == 0) store_tagged(out + kHd, tag_out, stats[2 * hh]);
+    if (d == 1) store_tagged(out + kHd + 1, tag_out, stats[2 * hh + 1]);
+  }
+  compute_sync();
 }
 
-// kWeights false: no weight is loaded; kAttention false: each head's output is its q (no attention).
-template <bool kWeights, bool kAttention>
-__global__ void __launch_bounds__(kThreads, 1) decode_layers(Vectors v) {
-  extern __shared__ float4 smem4[];
-  float4* xs = smem4;                                          // (kF / 4) units
-  float* red = reinterpret_cast<float*>(smem4 + kF / 4);       // (kWarps)
-  float* scratch = red + kWarps;                               // (kWarps)
-  float* attn_smem = scratch + kWarps;                         // attention_head's
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int gw = int(blockIdx.x) * kWarps + warp, warps = int(gridDim.x) * kWarps;
+// Stages the attention output (kE values) into xs, merging the splits of each head: a thread polls
+// all its values of kMergeSplits splits at once.
+__device__ void stage_attention(const Vectors& v, uint32_t tag, float4* xs) {
+  constexpr int kPer = (kE + kThreads - 1) / kThreads;
+  float m[kPer], l[kPer], o[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) m[i] = -INFINITY, l[i] = 0.f, o[i] = 0.f;
+  for (int s0 = 0; s0 < v.splits; s0 += kMergeSplits) {
+    float val[kPer][kMergeSplits][3];
+    bool all;
+    do {
+      all = true;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int t = int(threadIdx.x) + i * kThreads;
+#pragma unroll
+        for (int j = 0; j < kMergeSplits; ++j) {
+          if (t >= kE || s0 + j >= v.splits) continue;
+          const uint64_t* p = v.attn + (int64_t(s0 + j) * kHeads + t / kHd) * kPart;
+          const uint64_t w[3] = {load_relaxed(p + t % kHd), load_relaxed(p + kHd), load_relaxed(p + kHd + 1)};
+#pragma unroll
+          for (int e = 0; e < 3; ++e) {
+            all = all && uint32_t(w[e] >> 32) == tag;
+            val[i][j][e] = __uint_as_float(uint32_t(w[e]));
+          }
+        }
+      }
+    } while (!all);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+#pragma unroll
+      for (int j = 0; j < kMergeSplits; ++j) {
+        if (s0 + j >= v.splits) continue;
+        const float mn = fmaxf(m[i], val[i][j][1]);
+        const float a = __expf(m[i] - mn), b = __expf(val[i][j][1] - mn);
+        o[i] = o[i] * a + val[i][j][0] * b;
+        l[i] = l[i] * a + val[i][j][2] * b;
+        m[i] = mn;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int t = int(threadIdx.x) + i * kThreads;
+    if (t < kE) reinterpret_cast<float*>(xs)[x_unit(t / 16, (t / 4) % 4) * 4 + t % 4] = o[i] / l[i];
+  }
+  compute_sync();
+}
+
+// kWeights false: every layer computes with layer 0's weights, copied once (no weight traffic);
+// kAttention false: each head's output is its q (no attention); kArithmetic false: the GEMVs skip
+// their products (each row's value is a staged input); kCopyWarp false: the last compute warp asks
+// for the copies itself, at the end of each op.
+// kL2Prefetch (with kWeights false): the copy warp still brings each layer's weights into L2, as
+// the copies would, so that only the copies' own cost is missing.
+template <bool kWeights, bool kAttention, bool kArithmetic = true, bool kCopyWarp = true, bool kL2Prefetch = false>
+__global__ void __launch_bounds__(kThreads + 32, 1) decode_layers(Vectors v) {
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ __align__(8) uint64_t bars[kWeighted + 1];
+  __shared__ LayerWeights layers[kLayers];  // c_layer, read from shared memory by the ops and the copies
+  __shared__ int ops_done;                  // weighted ops finished by the compute warps (for the copy warp)
+  float4* xs = reinterpret_cast<float4*>(smem + kXsOffset);
+  float* red = reinterpret_cast<float*>(smem + kRedOffset);  // (2 max_share(kF)) row results
+  float* scratch = red + 2 * max_share(kF);                  // (kWarps)
+  float* sums = scratch + kWarps;                            // (kWarps, max_share(kE)) down's partial sums
+  const int t = threadIdx.x, lane = t & 31, warp = t >> 5, b = blockIdx.x;
   const uint32_t epoch = *v.epoch;
   auto tag = [&](int layer, int op) { return epoch * uint32_t(kLayers * kOps + 1) + uint32_t(layer * kOps + op) + 1; };
-
+  auto bar = [&](int i) { return smem_address(&bars[i]); };
+  for (int i = t; i < int(sizeof layers / 4); i += kThreads + 32)
+    reinterpret_cast<uint32_t*>(layers)[i] = reinterpret_cast<const uint32_t*>(c_layer[v.table])[i];
+  if (t == 0) {
+    for (int i = 0; i <= kWeighted; ++i) tllm::cuda::mbarrier_init_cluster(bar(i), 1);
+    ops_done = 0;
+  }
+  __syncthreads();
+  const int copier = kCopyWarp ? kThreads : kThreads - 32;
+  if (t == copier)
+    for (int w = 0; w < kWeighted; ++w) fetch(layers[0], w, smem, bar(w));
+  if (warp == kWarps) {  // the copy warp: each op's next-layer weights once the op is done
+    if (kCopyWarp && (kWeights || kL2Prefetch) && lane == 0) {
+      // Refills in the order the ops finish; with v.chunk, in pieces of v.chunk bytes at most one
+      // per v.period cycles (a steady stream rather than one burst per op).
+      constexpr int kRefills = (kLayers - 1) * kWeighted;
+      long long next = clock64();
+      uint32_t off = 0;
+      for (int h = 0; h < kRefills;) {
+        while (*static_cast<volatile int*>(&ops_done) < h + 1) {
+        }
+        const int l = h / kWeighted + 1, w = h % kWeighted;
+        const uint32_t bytes = share_bytes(w);
+        if (v.chunk == 0) {
+          fetch_range<kL2Prefetch>(layers[l], w, smem, bar(w), 0, bytes);
+          ++h;
+          continue;
+        }
+        while (clock64() < next) {
+        }
+        const uint32_t hi = min(bytes, off + uint32_t(v.chunk));
+        fetch_range<kL2Prefetch>(layers[l], w, smem, bar(w), off, hi);
+        next = clock64() + v.period;
+        off = hi;
+        if (off == bytes) off = 0, ++h;
+      }
+    }
+    return;
+  }
+  const int attn_blocks = (kAttention ? kHeads / v.heads * v.splits : kHeads);
+  auto refetch = [&](int l, int w) {  // at the end of weighted op w of layer l (the compute warps in step)
+    if (!(kWeights || kL2Prefetch) || l + 1 >= kLayers) return;
+    if (!kCopyWarp && t == copier) fetch(layers[l + 1], w, smem, bar(w));
+    if (kCopyWarp && t == 0) *static_cast<volatile int*>(&ops_done) = l * kWeighted + w + 1;
+  };
+  auto weights_ready = [&](int l, int w) {
+    if (kWeights || l == 0) mbarrier_wait(bar(w), uint32_t(l & 1));
+  };
   for (int l = 0; l < kLayers; ++l) {
-    const LayerWeights& L = c_layer[l];
+    const LayerWeights& L = layers[l];
     const uint32_t x_tag = l == 0 ? 0 : tag(l - 1, kDownOp);
 
-    // QKV: rows 0 .. kQkv - 1, one per warp.
-    if (int(blockIdx.x) * kWarps < kQkv) {
-      RowShare<2> w;
-      const int row = gw;
-      if (row < kQkv) load_share<kWeights>(L.q[0], L.s[0], kE, row, lane, 32, w);
-      stage(l ? v.x : nullptr, v.x0, x_tag, kE, L.norm[0], xs, scratch);
-      if (row < kQkv) {
-        const float d = warp_sum(dot_share(w, xs, kE, lane, 32));
-        if (lane == 0) store_tagged(v.qkv + row, tag(l, kQkvOp), d + L.bias[row]);
+    {  // QKV: a warp per row
+      const int r0 = share_begin(kQkv, b), n = share_begin(kQkv, b + 1) - r0;
+      const float bias = warp < n ? L.bias[r0 + warp] : 0.f;
+      stage<kE>(l ? v.x : nullptr, v.x0, x_tag, L.norm[0], xs, scratch);
+      weights_ready(l, kQkvW);
+      if (warp < n) {
+        XShare x;
+        load_x(xs, lane, x);
+        const float d = warp_sum(
+            dot_row<kArithmetic>(smem + area_offset(kQkvW), max_share(kQkv), scale_shift(r0, kE), warp, x, lane));
+        if (lane == 0) store_tagged(v.qkv + r0 + warp, tag(l, kQkvOp), d + bias);
       }
-      __syncthreads();
+      compute_sync();
+      refetch(l, kQkvW);
     }
-    // Attention: blocks 0 .. kHeads - 1.
-    if (int(blockIdx.x) < kHeads) {
+    if (b < attn_blocks) {
       if (kAttention) {
-        attention_head(L, v, int(blockIdx.x), tag(l, kQkvOp), tag(l, kAttnOp), attn_smem);
-      } else if (threadIdx.x < kHd) {
-        const int at = int(blockIdx.x) * kHd + int(threadIdx.x);
-        store_tagged(v.attn + at, tag(l, kAttnOp), wait_tagged(v.qkv + at, tag(l, kQkvOp)));
+        const int group = b / v.splits;
+        attention(L, v, group * v.heads, v.heads, b % v.splits, tag(l, kQkvOp), tag(l, kAttnOp), smem, bar(kWeighted),
+                  uint32_t(l & 1));
+      } else if (t < kHd) {
+        uint64_t* out = v.attn + int64_t(b) * kPart;
+        store_tagged(out + t, tag(l, kAttnOp), wait_tagged(v.qkv + b * kHd + t, tag(l, kQkvOp)));
+        if (t < 2) store_tagged(out + kHd + t, tag(l, kAttnOp), t == 0 ? 0.f : 1.f);
       }
     }
-    // Output projection + residual: rows 0 .. kE - 1.
-    if (int(blockIdx.x) * kWarps < kE) {
-      RowShare<2> w;
-      const int row = gw;
-      if (row < kE) load_share<kWeights>(L.q[1], L.s[1], kE, row, lane, 32, w);
-      stage(v.attn, nullptr, tag(l, kAttnOp), kE, nullptr, xs, scratch);
-      if (row < kE) {
-        const float d = warp_sum(dot_share(w, xs, kE, lane, 32));
-        if (lane == 0) {
-          const float old = l ? wait_tagged(v.x + row, x_tag) : v.x0[row];
-          store_tagged(v.x + row, tag(l, kOutOp), old + d);
+    {  // Output projection + residual: a warp per row
+      const int r0 = share_begin(kE, b), n = share_begin(kE, b + 1) - r0;
+      const float old = warp < n && lane == 0 ? (l ? wait_tagged(v.x + r0 + warp, x_tag) : v.x0[r0 + warp]) : 0.f;
+      stage_attention(v, tag(l, kAttnOp), xs);
+      weights_ready(l, kOutW);
+      if (warp < n) {
+        XShare x;
+        load_x(xs, lane, x);
+        const float d =
+            warp_sum(dot_row<kArithmetic>(smem + area_offset(kOutW), max_share(kE), scale_shift(r0, kE), warp, x, lane));
+        if (lane == 0) store_tagged(v.x2 + r0 + warp, tag(l, kOutOp), old + d);
+      }
+      compute_sync();
+      refetch(l, kOutW);
+    }
+    {  // gate/up + SwiGLU: rows 0 .. n - 1 gate, n .. 2n - 1 up, a warp per row
+      const int j0 = share_begin(kF, b), n = share_begin(kF, b + 1) - j0;
+      stage<kE>(v.x2, nullptr, tag(l, kOutOp), L.norm[1], xs, scratch);
+      weights_ready(l, kGateUpW);
+      const Shape sh = shape_of(kGateUpW);
+      XShare x;
+      load_x(xs, lane, x);
+      for (int r = warp; r < 2 * n; r += kWarps) {
+        const int part = r < n ? 0 : 1, row = r - part * n;
+        const float d = warp_sum(dot_row<kArithmetic>(smem + area_offset(kGateUpW) + part * part_bytes(sh), max_share(kF),
+                                                      scale_shift(j0 + part * kF, kE), row, x, lane));
+        if (lane == 0) red[r] = d;
+      }
+      compute_sync();
+      refetch(l, kGateUpW);
+      if (t < n) {
+        const float a = red[t], u = red[n + t];
+        store_tagged(v.ffn + j0 + t, tag(l, kGateUpOp), __half2float(__float2half_rn(a / (1.0f + __expf(-a)) * u)));
+      }
+    }
+    {  // Down + residual: thread t takes chunk t (16 values) of every row of the share
+      constexpr int kRows = max_share(kE), kChunks = kF / 16;
+      const int r0 = share_begin(kE, b), n = share_begin(kE, b + 1) - r0;
+      const float old = t < n ? wait_tagged(v.x2 + r0 + t, tag(l, kOutOp)) : 0.f;
+      stage<kF>(v.ffn, nullptr, tag(l, kGateUpOp), nullptr, xs, scratch);
+      weights_ready(l, kDownW);
+      float part[kRows];
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) part[r] = 0.f;
+      for (int c = t; c < kChunks; c += kThreads) {
+        float4 x[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = xs[x_unit(c, j)];
+        const uint8_t* area = smem + area_offset(kDownW);
+        const __half* sc = reinterpret_cast<const __half*>(area + kRows * kF + scale_shift(r0, kF));
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (r >= n) break;
+          part[r] = kArithmetic ? dot_chunk(*reinterpret_cast<const uint4*>(area + r * kF + 16 * c), x, sc[r * (kF / 32) + c / 2],
+                                            part[r])
+                                : x[0].x;
         }
       }
-      __syncthreads();
-    }
-    // gate/up + SwiGLU: output j from gate row j and up row kF + j, j = gw, gw + warps.
-    {
-      RowShare<2> g, u;
-      int j = gw;
-      if (j < kF) {
-        load_share<kWeights>(L.q[2], L.s[2], kE, j, lane, 32, g);
-        load_share<kWeights>(L.q[2], L.s[2], kE, kF + j, lane, 32, u);
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        const float d = warp_sum(part[r]);
+        if (lane == 0) sums[warp * kRows + r] = d;
       }
-      stage(v.x, nullptr, tag(l, kOutOp), kE, L.norm[1], xs, scratch);
-      for (; j < kF; j += warps) {
-        if (j != gw) {
-          load_share<kWeights>(L.q[2], L.s[2], kE, j, lane, 32, g);
-          load_share<kWeights>(L.q[2], L.s[2], kE, kF + j, lane, 32, u);
-        }
-        const float a = warp_sum(dot_share(g, xs, kE, lane, 32));
-        const float b = warp_sum(dot_share(u, xs, kE, lane, 32));
-        if (lane == 0) store_tagged(v.ffn + j, tag(l, kGateUpOp), __half2float(__float2half_rn(a / (1.0f + __expf(-a)) * b)));
+      compute_sync();
+      refetch(l, kDownW);
+      if (t < n) {
+        float s = 0.f;
+        for (int w = 0; w < (kChunks + 31) / 32 && w < kWarps; ++w) s += sums[w * kRows + t];
+        store_tagged(v.x + r0 + t, tag(l, kDownOp), old + s);
       }
-      __syncthreads();
-    }
-    // Down + residual: row gw / 4, slice gw % 4 of its 304 vectors.
-    if (int(blockIdx.x) * kWarps < kE * kDownSlices) {
-      RowShare<3> w;
-      const int row = gw / kDownSlices, slice = gw % kDownSlices;
-      if (row < kE) load_share<kWeights>(L.q[3], L.s[3], kF, row, slice * 32 + lane, 32 * kDownSlices, w);
-      stage(v.ffn, nullptr, tag(l, kGateUpOp), kF, nullptr, xs, scratch);
-      float d = 0.f;
-      if (row < kE) d = warp_sum(dot_share(w, xs, kF, slice * 32 + lane, 32 * kDownSlices));
-      if (lane == 0) red[warp] = d;
-      __syncthreads();
-      if (row < kE && slice == 0 && lane == 0) {
-        float t = 0.f;
-        for (int s = 0; s < kDownSlices; ++s) t += red[warp + s];
-        const float old = wait_tagged(v.x + row, tag(l, kOutOp));
-        store_tagged(v.x + row, tag(l, kDownOp), old + t);
-      }
-      __syncthreads();
     }
   }
   // Every block has read the epoch: block 0's last op read values that every block wrote after it.
-  if (blockIdx.x == 0 && threadIdx.x == 0) {
+  if (b == 0 && t == 0) {
     wait_tagged(v.x, tag(kLayers - 1, kDownOp));
     atomicAdd(v.epoch, 1u);
   }
@@ -324,12 +624,13 @@ int main() {
   cudaDeviceProp prop;
   if (!device_properties("persistent_decode", prop)) return 1;
   const int sms = prop.multiProcessorCount;
-  if (sms * kWarps < kE * kDownSlices || sms < kHeads) {
-    std::fprintf(stderr, "persistent_decode: needs %d warps resident at once\n", kE * kDownSlices);
+  if (sms < kMinBlocks || prop.major < 9 || int(prop.sharedMemPerBlockOptin) < kSmemBytes) {
+    std::fprintf(stderr, "persistent_decode: needs sm_90, %d SMs and %d bytes of shared memory per block\n", kMinBlocks,
+                 kSmemBytes);
     return 1;
   }
   // Synthetic weights: small random int8 values and scales, so that the activations stay finite.
-  const int64_t sizes[4][2] = {{kQkv, kE}, {kE, kE}, {2 * kF, kE}, {kE, kF}};
+  // Scale arrays get 32 bytes more: the bulk copies round their ranges up to 16 bytes.
   std::vector<void*> owned;
   auto fill = [&](size_t bytes, auto make) -> void* {
     std::vector<uint8_t> host(bytes);
@@ -345,12 +646,12 @@ int main() {
   LayerWeights layers[kLayers];
   double weight_bytes = 0;
   for (int l = 0; l < kLayers; ++l) {
-    for (int m = 0; m < 4; ++m) {
-      const size_t n = size_t(sizes[m][0]), k = size_t(sizes[m][1]);
+    for (int m = 0; m < kWeighted; ++m) {
+      const size_t n = size_t(shape_of(m).rows) * shape_of(m).parts, k = size_t(shape_of(m).k);
       layers[l].q[m] = static_cast<const int8_t*>(fill(n * k, [&](std::vector<uint8_t>& h) {
         for (auto& b : h) b = uint8_t(int(rnd() >> 24) % 33 - 16);
       }));
-      layers[l].s[m] = static_cast<const __half*>(fill(n * (k / 32) * 2, [&](std::vector<uint8_t>& h) {
+      layers[l].s[m] = static_cast<const __half*>(fill(n * (k / 32) * 2 + 32, [&](std::vector<uint8_t>& h) {
         const __half s = __float2half(0.004f);
         for (size_t i = 0; i + 1 < h.size(); i += 2) std::memcpy(&h[i], &s, 2);
       }));
@@ -383,14 +684,26 @@ int main() {
     }
   }
   CHECK(cudaMemcpyToSymbol(c_layer, layers, sizeof layers));
+  LayerWeights aliased[kLayers];  // the same, with layer 0's weights in every layer: copies that hit L2
+  for (int l = 0; l < kLayers; ++l) {
+    aliased[l] = layers[l];
+    for (int m = 0; m < kWeighted; ++m) {
+      aliased[l].q[m] = layers[0].q[m];
+      aliased[l].s[m] = layers[0].s[m];
+    }
+  }
+  CHECK(cudaMemcpyToSymbol(c_layer, aliased, sizeof aliased, sizeof layers));
   Vectors v;
+  const size_t attn_words = size_t(kMaxSplits) * kHeads * kPart;
   CHECK(cudaMalloc(&v.x, kE * 8));
+  CHECK(cudaMalloc(&v.x2, kE * 8));
   CHECK(cudaMalloc(&v.qkv, kQkv * 8));
-  CHECK(cudaMalloc(&v.attn, kE * 8));
+  CHECK(cudaMalloc(&v.attn, attn_words * 8));
   CHECK(cudaMalloc(&v.ffn, kF * 8));
   CHECK(cudaMalloc(&v.epoch, 4));
   CHECK(cudaMemset(v.epoch, 0, 4));
-  for (uint64_t* p : {v.x, v.qkv, v.attn, v.ffn}) CHECK(cudaMemset(p, 0xff, (p == v.ffn ? kF : p == v.qkv ? kQkv : kE) * 8));
+  for (uint64_t* p : {v.x, v.x2, v.qkv, v.ffn}) CHECK(cudaMemset(p, 0xff, (p == v.ffn ? kF : p == v.qkv ? kQkv : kE) * 8));
+  CHECK(cudaMemset(v.attn, 0xff, attn_words * 8));
   float* x0 = nullptr;
   CHECK(cudaMalloc(&x0, kE * 4));
   {
@@ -400,28 +713,44 @@ int main() {
   }
   v.x0 = x0;
 
-  const size_t smem = kF * sizeof(float) + 2 * kWarps * sizeof(float) +
-                      (3 * kHd + kCtx + kWarps * kHd + kWarps) * sizeof(float);
   using Kernel = void (*)(Vectors);
   const struct {
     Kernel kernel;
+    bool attention;
+    int table;
     const char* name;
-  } variants[] = {{decode_layers<true, true>, "the layer's work"},
-                  {decode_layers<true, false>, "without attention (q passed through)"},
-                  {decode_layers<false, false>, "without attention or weight loads"}};
+    int chunk = 0, period = 0;
+  } variants[] = {{decode_layers<true, true>, true, 0, "the layer's work"},
+                  {decode_layers<true, true>, true, 0, "copies of 4 KB, one per 512 cycles", 4096, 512},
+                  {decode_layers<true, true>, true, 0, "copies of 16 KB, one per 2048 cycles", 16384, 2048},
+                  {decode_layers<true, true, true, false>, true, 0, "copies asked by a compute warp"},
+                  {decode_layers<true, true>, true, 1, "copies of layer 0's weights (from L2)"},
+                  {decode_layers<true, true, false>, true, 0, "without the GEMVs' products"},
+                  {decode_layers<true, false>, false, 0, "without attention (q passed through)"},
+                  {decode_layers<false, true>, true, 0, "layer 0's weights, already in place"},
+                  {decode_layers<false, true, true, true, true>, true, 0, "in place, each layer's brought into L2"},
+                  {decode_layers<false, true, false>, true, 0, "in place, without the GEMVs' products"},
+                  {decode_layers<false, false, false>, false, 0, "in place, without products or attention"}};
   for (const auto& var : variants)
-    CHECK(cudaFuncSetAttribute(var.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    CHECK(cudaFuncSetAttribute(var.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
   cudaStream_t s;
   CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  std::printf("%s, %d SMs: %d layers of Qwen2.5-0.5B at batch 1 in one persistent kernel (%d x %d), W8 weights %.1f MB\n",
-              prop.name, sms, kLayers, sms, kThreads, weight_bytes / 1e6);
-  std::printf("%-38s %-7s %-12s %-13s %s\n", "variant", "n_kv", "us per step", "us per layer", "GB/s (weights)");
+  std::printf("%s, %d SMs: %d layers of Qwen2.5-0.5B at batch 1 in one persistent kernel (%d x %d + 32, %d bytes of shared "
+              "memory), W8 weights %.1f MB\n",
+              prop.name, sms, kLayers, sms, kThreads, kSmemBytes, weight_bytes / 1e6);
+  std::printf("%-38s %-7s %-16s %-12s %-13s %s\n", "variant", "n_kv", "attention blocks", "us per step", "us per layer",
+              "GB/s (weights)");
   for (const auto& var : variants) {
     for (int n_kv : {128, 1024, 4096}) {
       v.n_kv = n_kv;
+      v.table = var.table;
+      v.chunk = var.chunk;
+      v.period = var.period;
+      v.splits = var.attention ? std::max(1, (n_kv - 1 + kSplitRows - 1) / kSplitRows) : 1;
+      v.heads = kHeads * v.splits <= sms ? 1 : kGroup;
       void* args[] = {&v};
       const double us = time_launches(s, 50, [&] {
-        return cudaLaunchCooperativeKernel((void*)var.kernel, dim3(sms), dim3(kThreads), args, smem, s);
+        return cudaLaunchCooperativeKernel((void*)var.kernel, dim3(sms), dim3(kThreads + 32), args, kSmemBytes, s);
       });
       if (us < 0) return 1;
       std::vector<uint64_t> x(kE);
@@ -435,8 +764,11 @@ int main() {
         finite = finite && std::isfinite(f);
         norm += double(f) * f;
       }
-      std::printf("%-38s %-7d %-12.1f %-13.2f %-14.0f (output |x| %.3g%s)\n", var.name, n_kv, us, us / kLayers,
-                  weight_bytes / us * 1e-3, std::sqrt(norm), finite ? "" : ", not finite");
+      char blocks[32];
+      std::snprintf(blocks, sizeof blocks, "%d x %d head%s", kHeads / v.heads * v.splits, v.heads, v.heads > 1 ? "s" : "");
+      std::printf("%-38s %-7d %-16s %-12.1f %-13.2f %-14.0f (output |x| %.3g%s)\n", var.name, n_kv,
+                  var.attention ? blocks : "-", us, us / kLayers, weight_bytes / us * 1e-3, std::sqrt(norm),
+                  finite ? "" : ", not finite");
     }
   }
   for (void* p : owned) cudaFree(p);
