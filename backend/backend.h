@@ -36,7 +36,7 @@ constexpr int kW8Group = 32;
 // Queued downloads (Backend::queue_download): outstanding at once, and bytes each.
 constexpr int kQueuedDownloads = 8;
 constexpr size_t kQueuedDownloadBytes = 64;
-constexpr size_t kStagingBytes = 4096;  // Backend::staging
+constexpr size_t kStagingBytes = 4096;  // Backend::staging and Backend::readback
 
 enum class WeightType : uint8_t {
   W8,   // int8 q (N, K) + fp16 scales (N, K / kW8Group); w[n][k] = q[n][k] * scale[n][k / kW8Group]
@@ -367,6 +367,12 @@ class Backend {
   // waits for the copies already queued from it.
   virtual void* staging() = 0;
   virtual void upload_staged(void* dst, size_t bytes) = 0;
+  // The way back: a host area of kStagingBytes for small results. queue_readback(src, bytes) queues
+  // a copy of the bytes at src into it, which a recorded step repeats at each replay; readback()
+  // waits for the copies queued into it (replays included) and returns it. With staging(), a
+  // recorded step takes its inputs and returns its results with no host call but its replay.
+  virtual void queue_readback(const void* src, size_t bytes) = 0;
+  virtual const void* readback() = 0;
   virtual std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) = 0;
   virtual void synchronize() = 0;
   virtual MemoryInfo memory_info() const = 0;

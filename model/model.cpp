@@ -419,8 +419,9 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
   if (!all_logits && n <= kPrefillRecordRows && n <= max_batch_ && be_.supports(Op::StepCapture) &&
       prefill_seen_[size_t(n)]++ > 0) {
     prefill_seen_[size_t(n)] = 2;
-    // The ids and positions go through the backend's staging area, whose copy is part of the
-    // recording: a replay is one call for the host.
+    // The ids and positions come in through the backend's staging area and the argmax goes out
+    // through its readback area, both copies part of the recording: a replay is one call for the
+    // host.
     fill_prompt(static_cast<int32_t*>(be_.staging()), tokens, n, pos0);
     be_.run_step(kPrefillStepKey - n, /*steps=*/0, [&] {
       be_.upload_staged(prompt_.data(), size_t(2 * n) * sizeof(int32_t));
@@ -428,9 +429,10 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       run_layers(n, prompt_.as<int32_t>() + n, nullptr, pos0, /*decode=*/false, /*last_row_out=*/true,
                  /*recorded=*/true);
       lm_head_row(n - 1);
+      be_.queue_readback(step_.as<int32_t>() + 2, sizeof(int32_t));
     });
     argmax_ready_ = true;
-    argmax_ticket_ = be_.queue_download(step_.as<int32_t>() + 2, sizeof(int32_t));
+    argmax_readback_ = true;
     return;
   }
   std::vector<float> row_logits(all_logits ? size_t(cfg_.n_vocab) : 0);
@@ -581,7 +583,10 @@ void Model::download_logits(float* dst) {
 
 int32_t Model::argmax() {
   int32_t id = -1;
-  if (argmax_ticket_) {
+  if (argmax_readback_) {
+    std::memcpy(&id, be_.readback(), sizeof(id));
+    argmax_readback_ = false;
+  } else if (argmax_ticket_) {
     be_.collect_download(argmax_ticket_, &id);
     argmax_ticket_ = 0;
   } else {
@@ -591,6 +596,7 @@ int32_t Model::argmax() {
 }
 
 void Model::drop_argmax_download() {
+  argmax_readback_ = false;  // the readback area needs no collecting
   if (!argmax_ticket_) return;
   int32_t unused = 0;
   be_.collect_download(argmax_ticket_, &unused);

@@ -187,6 +187,7 @@ class Model {
   // The download of the prompt's argmax, queued right behind the prefill's lm_head so that argmax()
   // finds it on the host; 0 when none is outstanding (drop_argmax_download collects it).
   uint64_t argmax_ticket_ = 0;
+  bool argmax_readback_ = false;  // a recorded prefill copied its argmax to the backend's readback()
   void drop_argmax_download();
   // The position step_ will hold for the next decode step, or -1: a decode step's argmax advances
   // [pos, n_kv] by one on the device, so a step that continues from the last one uploads nothing.

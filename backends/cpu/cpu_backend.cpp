@@ -112,12 +112,22 @@ void CpuBackend::upload(void* dst, const void* src, size_t bytes) {
   if (bytes) std::memcpy(dst, src, bytes);
 }
 
-void CpuBackend::upload_staged(void* dst, size_t bytes) {
+// A copy to or from one of the host areas (staging, readback), which hold kStagingBytes.
+static void check_host_area(const char* what, size_t bytes) {
   if (bytes > kStagingBytes) {
-    throw BackendError("upload_staged: " + std::to_string(bytes) + " bytes; the staging area holds " +
+    throw BackendError(std::string(what) + ": " + std::to_string(bytes) + " bytes; the area holds " +
                        std::to_string(kStagingBytes));
   }
+}
+
+void CpuBackend::upload_staged(void* dst, size_t bytes) {
+  check_host_area("upload_staged", bytes);
   upload(dst, staging_.data(), bytes);
+}
+
+void CpuBackend::queue_readback(const void* src, size_t bytes) {
+  check_host_area("queue_readback", bytes);
+  download(readback_.data(), src, bytes);
 }
 
 void CpuBackend::download(void* dst, const void* src, size_t bytes) {

@@ -137,6 +137,8 @@ class CpuBackend final : public Backend {
   void collect_download(uint64_t ticket, void* dst) override;
   void* staging() override { return staging_.data(); }
   void upload_staged(void* dst, size_t bytes) override;
+  void queue_readback(const void* src, size_t bytes) override;
+  const void* readback() override { return readback_.data(); }
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
   void synchronize() override {}
   MemoryInfo memory_info() const override;
@@ -166,6 +168,7 @@ class CpuBackend final : public Backend {
   void matmul_impl(const MatmulDesc& d);
 
   std::vector<unsigned char> staging_ = std::vector<unsigned char>(kStagingBytes);
+  std::vector<unsigned char> readback_ = std::vector<unsigned char>(kStagingBytes);
 
   ParallelRuntime runtime_;
   OpTrace trace_;

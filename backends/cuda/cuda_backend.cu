@@ -193,40 +193,63 @@ uint64_t CudaBackend::queue_download(const void* src, size_t bytes) {
   return t;
 }
 
+void CudaBackend::host_areas() {
+  if (staging_) return;
+  void* p = nullptr;
+  CUDA_CHECK(cudaHostAlloc(&p, kStagingBytes, cudaHostAllocDefault));
+  staging_.reset(p);
+  CUDA_CHECK(cudaHostAlloc(&p, kStagingBytes, cudaHostAllocDefault));
+  readback_.reset(p);
+  cudaEvent_t ev = nullptr;
+  CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  areas_done_.reset(ev);
+}
+
+void CudaBackend::wait_host_areas() {
+  if (!areas_pending_) return;
+  CUDA_CHECK(cudaEventSynchronize(areas_done_.get()));
+  areas_pending_ = false;
+}
+
 void* CudaBackend::staging() {
-  if (!staging_) {
-    void* p = nullptr;
-    CUDA_CHECK(cudaHostAlloc(&p, kStagingBytes, cudaHostAllocDefault));
-    staging_.reset(p);
-    cudaEvent_t ev = nullptr;
-    CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
-    staged_done_.reset(ev);
-  }
-  if (staged_pending_) {
-    CUDA_CHECK(cudaEventSynchronize(staged_done_.get()));
-    staged_pending_ = false;
-  }
+  host_areas();
+  wait_host_areas();
   return staging_.get();
+}
+
+const void* CudaBackend::readback() {
+  host_areas();
+  wait_host_areas();
+  return readback_.get();
+}
+
+void CudaBackend::host_area_copy(const char* what, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+  CUDA_REQUIRE(bytes <= kStagingBytes, what,
+               std::to_string(bytes) + " bytes; the area holds " + std::to_string(kStagingBytes));
+  if (!bytes) return;
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream()));
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
+  if (status != cudaStreamCaptureStatusNone) {
+    area_copy_in_capture_ = true;  // run_step records areas_done_ behind each replay
+    return;
+  }
+  area_copy_queued();
 }
 
 void CudaBackend::upload_staged(void* dst, size_t bytes) {
   CUDA_REQUIRE(staging_ != nullptr, "upload_staged", "staging() has not been called");
-  CUDA_REQUIRE(bytes <= kStagingBytes, "upload_staged",
-               std::to_string(bytes) + " bytes; the staging area holds " + std::to_string(kStagingBytes));
-  if (!bytes) return;
-  CUDA_CHECK(cudaMemcpyAsync(dst, staging_.get(), bytes, cudaMemcpyHostToDevice, stream()));
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
-  if (status != cudaStreamCaptureStatusNone) {
-    staged_in_capture_ = true;  // run_step records staged_done_ behind each replay
-    return;
-  }
-  staged_copy_queued();
+  host_area_copy("upload_staged", dst, staging_.get(), bytes, cudaMemcpyHostToDevice);
 }
 
-void CudaBackend::staged_copy_queued() {
-  CUDA_CHECK(cudaEventRecord(staged_done_.get(), stream()));
-  staged_pending_ = true;
+void CudaBackend::queue_readback(const void* src, size_t bytes) {
+  host_areas();
+  host_area_copy("queue_readback", readback_.get(), src, bytes, cudaMemcpyDeviceToHost);
+}
+
+void CudaBackend::area_copy_queued() {
+  CUDA_CHECK(cudaEventRecord(areas_done_.get(), stream()));
+  areas_pending_ = true;
 }
 
 void CudaBackend::collect_download(uint64_t ticket, void* dst) {
@@ -344,7 +367,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
     count(it->second.launches);
-    if (it->second.staged) staged_copy_queued();
+    if (it->second.host_areas) area_copy_queued();
     return;
   }
 
@@ -353,7 +376,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   std::string failure;
   GraphExecOwner exec;
   GraphOwner graph;
-  staged_in_capture_ = false;
+  area_copy_in_capture_ = false;
   const cudaError_t begin = cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal);
   if (begin != cudaSuccess) {
     failure = std::string("cudaStreamBeginCapture: ") + cudaGetErrorString(begin);
@@ -391,9 +414,9 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
     return;
   }
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
-  steps_.emplace(key, Step{std::move(exec), launches, staged_in_capture_});
+  steps_.emplace(key, Step{std::move(exec), launches, area_copy_in_capture_});
   count(launches);
-  if (staged_in_capture_) staged_copy_queued();
+  if (area_copy_in_capture_) area_copy_queued();
 }
 
 void CudaBackend::reset_steps() {

@@ -75,6 +75,8 @@ class CudaBackend final : public Backend {
   void collect_download(uint64_t ticket, void* dst) override;
   void* staging() override;
   void upload_staged(void* dst, size_t bytes) override;
+  void queue_readback(const void* src, size_t bytes) override;
+  const void* readback() override;
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
@@ -178,12 +180,16 @@ class CudaBackend final : public Backend {
   DownloadTickets tickets_;
   PinnedMemory queued_;  // (kQueuedDownloads, kQueuedDownloadBytes)
   EventOwner queued_done_[kQueuedDownloads];
-  // Backend::staging: pinned, so that a copy from it can be recorded in a step; staged_done_ is
-  // recorded behind each copy from it (behind each replay of a step that holds one).
-  PinnedMemory staging_;
-  EventOwner staged_done_;
-  bool staged_pending_ = false;  // staged_done_ has been recorded since staging() last waited
-  void staged_copy_queued();     // records staged_done_ behind the copy (or replay) just queued
+  // Backend::staging and Backend::readback: pinned, so that copies from and to them can be recorded
+  // in a step. areas_done_ is recorded behind each such copy (behind each replay of a step that
+  // holds one); staging() and readback() wait for it when it is pending.
+  PinnedMemory staging_, readback_;
+  EventOwner areas_done_;
+  bool areas_pending_ = false;  // areas_done_ has been recorded since the host last waited for it
+  void host_areas();            // allocates the two areas and areas_done_ on first use
+  void host_area_copy(const char* what, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+  void area_copy_queued();      // records areas_done_ behind the copy (or replay) just queued
+  void wait_host_areas();       // waits for areas_done_ when it is pending
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
   // Short-prompt matmul split over k: (kSmallCounters) uint32 arrival counters, zero between
@@ -195,9 +201,9 @@ class CudaBackend final : public Backend {
   struct Step {
     GraphExecOwner exec;
     int launches = 0;
-    bool staged = false;  // holds a copy from the staging area
+    bool host_areas = false;  // holds a copy from the staging area or to the readback area
   };
-  bool staged_in_capture_ = false;  // upload_staged was called while recording a step
+  bool area_copy_in_capture_ = false;  // upload_staged or queue_readback while recording a step
   std::unordered_map<int, Step> steps_;
   bool capture_on_ = true;
   bool capture_failed_ = false;  // warned once; steps run directly from then on

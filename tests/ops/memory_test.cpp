@@ -100,6 +100,44 @@ TEST_P(MemoryTest, StagedUploads) {
   EXPECT_THROW(be().upload_staged(b.data(), kStagingBytes + 1), BackendError);
 }
 
+// queue_readback copies device bytes into the readback area, and readback() waits for them; inside
+// a recorded step the copy repeats at each replay, so a replay brings back what the device holds
+// then. Together with the staging area: a replay that takes new inputs and returns new results.
+TEST_P(MemoryTest, Readbacks) {
+  Buffer b = alloc<int32_t>(64);
+  const auto fill = [&](int32_t base) {
+    std::vector<int32_t> v(64);
+    for (int i = 0; i < 64; ++i) v[size_t(i)] = base + i;
+    be().upload(b.data(), v.data(), v.size() * sizeof(int32_t));
+  };
+  const auto expect = [&](int32_t base, int n) {
+    const int32_t* got = static_cast<const int32_t*>(be().readback());
+    for (int i = 0; i < n; ++i) ASSERT_EQ(got[i], base + i) << "value " << i;
+  };
+  fill(100);
+  be().queue_readback(b.as<int32_t>() + 4, 8 * sizeof(int32_t));
+  expect(104, 8);
+
+  be().reset_steps();
+  for (int32_t base : {200, 300, 400}) {  // the first records, the others replay
+    fill(base);
+    be().run_step(8, 0, [&] { be().queue_readback(b.as<int32_t>() + 2, 16 * sizeof(int32_t)); });
+    expect(base + 2, 16);
+  }
+  // Staged ids in, a result out: the step copies the staged value into the buffer, then back.
+  be().reset_steps();
+  for (int32_t v : {7, 8, 9}) {
+    *static_cast<int32_t*>(be().staging()) = v;
+    be().run_step(9, 0, [&] {
+      be().upload_staged(b.data(), sizeof(int32_t));
+      be().queue_readback(b.data(), sizeof(int32_t));
+    });
+    expect(v, 1);
+  }
+  be().reset_steps();
+  EXPECT_THROW(be().queue_readback(b.data(), kStagingBytes + 1), BackendError);
+}
+
 TEST_P(MemoryTest, MemoryInfoAccounting) {
   const MemoryInfo before = be().memory_info();
   EXPECT_GE(before.peak_bytes, before.allocated_bytes);
