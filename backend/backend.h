@@ -370,7 +370,7 @@ class Backend {
   // The way back: a host area of kStagingBytes for small results. queue_readback(src, bytes) queues
   // a copy of the bytes at src into it, which a recorded step repeats at each replay; readback()
   // waits for the copies queued into it (replays included) and returns it. With staging(), a
-  // recorded step takes its inputs and returns its results with no host call but its replay.
+  // recorded step takes its inputs and returns its results with no copy queued around its replay.
   virtual void queue_readback(const void* src, size_t bytes) = 0;
   virtual const void* readback() = 0;
   virtual std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) = 0;

@@ -420,8 +420,8 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       prefill_seen_[size_t(n)]++ > 0) {
     prefill_seen_[size_t(n)] = 2;
     // The ids and positions come in through the backend's staging area and the argmax goes out
-    // through its readback area, both copies part of the recording: a replay is one call for the
-    // host.
+    // through its readback area, both copies part of the recording: the host queues the replay
+    // alone (on CUDA, a graph launch and the event behind it).
     fill_prompt(static_cast<int32_t*>(be_.staging()), tokens, n, pos0);
     be_.run_step(kPrefillStepKey - n, /*steps=*/0, [&] {
       be_.upload_staged(prompt_.data(), size_t(2 * n) * sizeof(int32_t));
