@@ -61,10 +61,16 @@ __device__ __forceinline__ void store_tagged(uint64_t* p, uint32_t tag, float v)
   asm volatile("st.relaxed.gpu.global.b64 [%0], %1;" ::"l"(p), "l"(word) : "memory");
 }
 
-// Four consecutive tagged values at p (32-byte aligned) in two 16-byte loads: one trip to memory.
-__device__ __forceinline__ void load_relaxed4(const uint64_t* p, uint64_t (&w)[4]) {
+// Four consecutive tagged values at p (32-byte aligned), read in two 16-byte loads (one trip to
+// memory) into v; true when all four carry `tag`.
+__device__ __forceinline__ bool load_tagged4(const uint64_t* p, uint32_t tag, float4& v) {
+  uint64_t w[4];
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(w[0]), "=l"(w[1]) : "l"(p) : "memory");
   asm volatile("ld.relaxed.gpu.global.v2.b64 {%0, %1}, [%2];" : "=l"(w[2]), "=l"(w[3]) : "l"(p + 2) : "memory");
+  v = make_float4(__uint_as_float(uint32_t(w[0])), __uint_as_float(uint32_t(w[1])), __uint_as_float(uint32_t(w[2])),
+                  __uint_as_float(uint32_t(w[3])));
+  return uint32_t(w[0] >> 32) == tag && uint32_t(w[1] >> 32) == tag && uint32_t(w[2] >> 32) == tag &&
+         uint32_t(w[3] >> 32) == tag;
 }
 
 // The value at p once its word carries `tag` (spinning until then).

@@ -181,12 +181,10 @@ __device__ __forceinline__ int x_unit(int c, int j) { return 4 * c + ((j + (c >>
 
 // Four tagged words at p (32-byte aligned) once all carry tag.
 __device__ __forceinline__ float4 poll4(const uint64_t* p, uint32_t tag) {
-  uint64_t w[4];
-  do load_relaxed4(p, w);
-  while (uint32_t(w[0] >> 32) != tag || uint32_t(w[1] >> 32) != tag || uint32_t(w[2] >> 32) != tag ||
-         uint32_t(w[3] >> 32) != tag);
-  return make_float4(__uint_as_float(uint32_t(w[0])), __uint_as_float(uint32_t(w[1])), __uint_as_float(uint32_t(w[2])),
-                     __uint_as_float(uint32_t(w[3])));
+  float4 v;
+  while (!load_tagged4(p, tag, v)) {
+  }
+  return v;
 }
 
 // Polls the tagged words units u, u + kThreads, ... (4 words each) of a vector until all carry tag.
@@ -199,12 +197,8 @@ __device__ __forceinline__ void poll_units(const uint64_t* tagged, int units, ui
     for (int i = 0; i < kPer; ++i) {
       const int u = int(threadIdx.x) + i * kThreads;
       if (u >= units) continue;
-      uint64_t w[4];
-      load_relaxed4(tagged + 4 * u, w);
-      all = all && uint32_t(w[0] >> 32) == tag && uint32_t(w[1] >> 32) == tag && uint32_t(w[2] >> 32) == tag &&
-            uint32_t(w[3] >> 32) == tag;
-      v[i] = make_float4(__uint_as_float(uint32_t(w[0])), __uint_as_float(uint32_t(w[1])),
-                         __uint_as_float(uint32_t(w[2])), __uint_as_float(uint32_t(w[3])));
+      const bool tagged_now = load_tagged4(tagged + 4 * u, tag, v[i]);
+      all = all && tagged_now;
     }
   } while (!all);
 }
