@@ -140,8 +140,7 @@ __device__ __forceinline__ int share_begin(int n, int b) { return int(int64_t(n)
 // aligned ranges, so the copy starts at the 16-byte boundary below the first scale.
 __device__ __forceinline__ int scale_shift(int r0, int k) { return (r0 * (k / 32) * 2) & 15; }
 
-// One thread: asks for layer l's rows of weighted op w into its area.
-// Bytes [lo, hi) of layer L's share of weighted op w (its parts' weights one after the other) into
+// One thread: asks for bytes [lo, hi) of layer L's share of weighted op w (its parts' weights one after the other) into
 // the op's area; the first range also arms the mbarrier for the whole share and copies the scales.
 // kL2Only: the same bytes only brought into L2 (no copy, no mbarrier).
 template <bool kL2Only = false>
@@ -168,10 +167,12 @@ __device__ void fetch_range(const LayerWeights& L, int w, uint8_t* smem, uint32_
     }
   }
 }
+// The weight bytes of this block's share of weighted op w (all its parts).
 __device__ __forceinline__ uint32_t share_bytes(int w) {
   const Shape sh = shape_of(w);
   return uint32_t(sh.parts * (share_begin(sh.rows, blockIdx.x + 1) - share_begin(sh.rows, blockIdx.x)) * sh.k);
 }
+// One thread: asks for layer L's whole share of weighted op w.
 __device__ __forceinline__ void fetch(const LayerWeights& L, int w, uint8_t* smem, uint32_t bar) {
   fetch_range(L, w, smem, bar, 0, share_bytes(w));
 }
