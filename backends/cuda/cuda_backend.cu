@@ -231,7 +231,9 @@ void CudaBackend::host_area_copy(const char* what, void* dst, const void* src, s
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
   if (status != cudaStreamCaptureStatusNone) {
-    area_copy_in_capture_ = true;  // run_step records areas_done_ behind each replay
+    // Recorded into the step as an event node: each replay records areas_done_ behind the copy.
+    CUDA_CHECK(cudaEventRecordWithFlags(areas_done_.get(), stream(), cudaEventRecordExternal));
+    area_copy_in_capture_ = true;
     return;
   }
   area_copy_queued();
@@ -367,7 +369,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
     count(it->second.launches);
-    if (it->second.host_areas) area_copy_queued();
+    if (it->second.host_areas) areas_pending_ = true;  // the replay records areas_done_ itself
     return;
   }
 
@@ -416,7 +418,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   steps_.emplace(key, Step{std::move(exec), launches, area_copy_in_capture_});
   count(launches);
-  if (area_copy_in_capture_) area_copy_queued();
+  if (area_copy_in_capture_) areas_pending_ = true;
 }
 
 void CudaBackend::reset_steps() {
