@@ -231,9 +231,7 @@ void CudaBackend::host_area_copy(const char* what, void* dst, const void* src, s
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   CUDA_CHECK(cudaStreamIsCapturing(stream(), &status));
   if (status != cudaStreamCaptureStatusNone) {
-    // Recorded into the step as an event node: each replay records areas_done_ behind the copy.
-    CUDA_CHECK(cudaEventRecordWithFlags(areas_done_.get(), stream(), cudaEventRecordExternal));
-    area_copy_in_capture_ = true;
+    area_copy_in_capture_ = true;  // run_step records areas_done_ behind each replay
     return;
   }
   area_copy_queued();
@@ -369,7 +367,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   if (auto it = steps_.find(key); it != steps_.end()) {
     CUDA_CHECK(cudaGraphLaunch(it->second.exec.get(), stream()));
     count(it->second.launches);
-    if (it->second.host_areas) areas_pending_ = true;  // the replay records areas_done_ itself
+    if (it->second.host_areas) area_copy_queued();
     return;
   }
 
@@ -418,7 +416,7 @@ void CudaBackend::run_step(int key, int steps, const std::function<void()>& body
   CUDA_CHECK(cudaGraphLaunch(exec.get(), stream()));
   steps_.emplace(key, Step{std::move(exec), launches, area_copy_in_capture_});
   count(launches);
-  if (area_copy_in_capture_) areas_pending_ = true;
+  if (area_copy_in_capture_) area_copy_queued();
 }
 
 void CudaBackend::reset_steps() {

@@ -181,15 +181,14 @@ class CudaBackend final : public Backend {
   PinnedMemory queued_;  // (kQueuedDownloads, kQueuedDownloadBytes)
   EventOwner queued_done_[kQueuedDownloads];
   // Backend::staging and Backend::readback: pinned, so that copies from and to them can be recorded
-  // in a step. areas_done_ is recorded behind each such copy (in a step, by an event node of its
-  // own, so a replay needs no call but the launch); staging() and readback() wait for it when it is
-  // pending.
+  // in a step. areas_done_ is recorded behind each such copy (behind each replay of a step that
+  // holds one); staging() and readback() wait for it when it is pending.
   PinnedMemory staging_, readback_;
   EventOwner areas_done_;
   bool areas_pending_ = false;  // areas_done_ has been recorded since the host last waited for it
   void host_areas();            // allocates the two areas and areas_done_ on first use
   void host_area_copy(const char* what, void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
-  void area_copy_queued();      // records areas_done_ behind the copy just queued
+  void area_copy_queued();      // records areas_done_ behind the copy (or replay) just queued
   void wait_host_areas();       // waits for areas_done_ when it is pending
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
