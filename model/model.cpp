@@ -429,7 +429,7 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
       run_layers(n, prompt_.as<int32_t>() + n, nullptr, pos0, /*decode=*/false, /*last_row_out=*/true,
                  /*recorded=*/true);
       lm_head_row(n - 1);
-      be_.queue_readback(step_.as<int32_t>() + 2, sizeof(int32_t));
+      be_.queue_readback(token_slots(), sizeof(int32_t));
     });
     argmax_ready_ = true;
     argmax_readback_ = true;
@@ -454,7 +454,7 @@ void Model::prefill(const int32_t* tokens, int n, int pos0,
     for (int i = all_logits ? 0 : m - 1; i < m; ++i) {
       lm_head_row(i);
       argmax_ready_ = true;
-      if (!all_logits) argmax_ticket_ = be_.queue_download(step_.as<int32_t>() + 2, sizeof(int32_t));
+      if (!all_logits) argmax_ticket_ = be_.queue_download(token_slots(), sizeof(int32_t));
       if (all_logits) {
         be_.download(row_logits.data(), logits_.data(), row_logits.size() * sizeof(float));
         all_logits(start + i, row_logits.data(), cfg_.n_vocab);
@@ -496,7 +496,7 @@ void Model::lm_head_row(int i) {
   h.norm_weight = output_norm_.as<float>();
   h.norm_eps = cfg_.rms_eps;
   h.y = logits_.as<float>();
-  h.argmax = step_.as<int32_t>() + 2;
+  h.argmax = token_slots();
   be_.matmul_m1(h);
 }
 
@@ -539,7 +539,7 @@ void Model::decode_run(int pos, int n) {
 void Model::run_decode_steps(int pos, int n) {
   ScopedRange range(be_, "decode");
   int32_t* s = step_.as<int32_t>();
-  int32_t* t = s + 2;
+  int32_t* t = token_slots();
   be_.run_step(/*key=*/n, /*steps=*/n, [&] {
     for (int j = 0; j < n; ++j) {
       EmbeddingDesc e;
@@ -567,7 +567,7 @@ uint64_t Model::queue_run_tokens(int n) {
   if (!argmax_ready_) throw ModelError("queue_run_tokens: no step has computed logits");
   if (n < 1 || n > kDecodeRunMax) throw ModelError("queue_run_tokens: " + std::to_string(n) + " tokens");
   drop_argmax_download();
-  return be_.queue_download(step_.as<int32_t>() + 2, size_t(n) * sizeof(int32_t));
+  return be_.queue_download(token_slots(), size_t(n) * sizeof(int32_t));
 }
 
 void Model::take_run_tokens(uint64_t ticket, int n, int32_t* out) {
@@ -590,7 +590,7 @@ int32_t Model::argmax() {
     be_.collect_download(argmax_ticket_, &id);
     argmax_ticket_ = 0;
   } else {
-    be_.download(&id, step_.as<int32_t>() + 2, sizeof(id));
+    be_.download(&id, token_slots(), sizeof(id));
   }
   return id;
 }

@@ -183,6 +183,7 @@ class Model {
   // reads its token from t(j) and writes its argmax to t(j + 1), the last one to t0, which is where
   // a single step reads and writes it.
   Buffer step_;
+  int32_t* token_slots() const { return step_.as<int32_t>() + 2; }  // t0 of step_
   bool argmax_ready_ = false;  // a step has written its argmax to step_
   // The download of the prompt's argmax, queued right behind the prefill's lm_head so that argmax()
   // finds it on the host; 0 when none is outstanding (drop_argmax_download collects it).
