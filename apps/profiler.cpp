@@ -316,7 +316,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
               "diagnosis");
   for (const char* name : {"matmul", "attention", "rmsnorm", "rope", "elementwise", "memcpy"}) {
     auto it = cats.find(name);
-    if (it == cats.end()) {
+    if (it == cats.end() || it->second.calls == 0) {
       std::printf("%-12s %8d %12s %8s %10s  %s\n", name, 0, "-", "-", "-", "(fused into other kernels or not used)");
       continue;
     }

@@ -52,6 +52,15 @@ const char* weight_type_name(WeightType t) {
   return "?";
 }
 
+MatmulDesc output_projection(const AttentionDecodeDesc& d) {
+  MatmulDesc o;
+  o.w = d.wo;
+  o.x = d.out;
+  o.y = d.y;
+  o.accumulate = true;
+  return o;
+}
+
 const char* op_name(Op op) {
   switch (op) {
     case Op::MatmulM1W8: return "matmul_m1_w8";

@@ -247,7 +247,18 @@ struct AttentionDecodeDesc {
   // older rows were written before it. A backend may then read them while that op finishes (a
   // decode step: the QKV projection appends the newest row).
   bool only_newest_row_fresh = false;
+  // Optional: the output projection fused in. With `wo` (W8, (n_out, n_head·head_dim)) the op also
+  // does y += out · woᵀ, as matmul_m1 with `accumulate` on the fp16 `out` (which is still written).
+  const Matrix* wo = nullptr;
+  float* y = nullptr;               // (n_out), with wo
+  // The largest *n_kv the caller expects over the calls and replays of this op (0: n_ctx). Only a
+  // hint for the form: results are right for any *n_kv, but a backend may fuse more where the rows
+  // are few, and then run slower past the bound.
+  int max_n_kv = 0;
 };
+
+// The output projection of a decode attention with `wo`, as its own op: y += out · woᵀ.
+MatmulDesc output_projection(const AttentionDecodeDesc& d);
 
 // y += x (residual add).
 struct AddDesc {

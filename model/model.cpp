@@ -299,7 +299,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
 }
 
 void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode,
-                       bool last_row_out, bool recorded) {
+                       bool last_row_out, bool recorded, int max_n_kv) {
   const ModelConfig& c = cfg_;
   float* x = x_.as<float>();
   float* qkv = qkv_.as<float>();
@@ -316,6 +316,16 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     const size_t tail = one_row ? size_t(m - 1) : 0;
     float* x_out = x + tail * size_t(c.n_embd);
     const auto mm = [&](const MatmulDesc& d) { decode || one_row ? be_.matmul_m1(d) : be_.matmul(d); };
+    // x_out += in · wᵀ: a projection back into the residual stream.
+    const auto add_projection = [&](const Matrix* w, const half_t* in) {
+      MatmulDesc d;
+      d.w = w;
+      d.x = in;
+      d.y = x_out;
+      d.m = m_out;
+      d.accumulate = true;
+      mm(d);
+    };
 
     // QKV projection with rope and the KV append fused in.
     MatmulDesc q;
@@ -351,6 +361,9 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
       a.n_ctx = n_ctx_;
       a.scale = scale;
       a.only_newest_row_fresh = true;  // the step's position and n_kv come from the previous step or the host
+      a.wo = L.wo.get();               // the output projection, with the residual add
+      a.y = x_out;
+      a.max_n_kv = max_n_kv;
       be_.attention_decode(a);
     } else {
       AttentionPrefillDesc a;
@@ -368,15 +381,8 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
       a.n_ctx = n_ctx_;
       a.scale = scale;
       be_.attention_prefill(a);
+      add_projection(L.wo.get(), attn);
     }
-
-    MatmulDesc o;
-    o.w = L.wo.get();
-    o.x = attn;
-    o.y = x_out;
-    o.m = m_out;
-    o.accumulate = true;
-    mm(o);
 
     MatmulDesc gu;
     gu.w = L.wgu.get();
@@ -388,13 +394,7 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     gu.m = m_out;
     mm(gu);
 
-    MatmulDesc dn;
-    dn.w = L.wdown.get();
-    dn.x = ffn;
-    dn.y = x_out;
-    dn.m = m_out;
-    dn.accumulate = true;
-    mm(dn);
+    add_projection(L.wdown.get(), ffn);
   }
 }
 
@@ -540,14 +540,16 @@ void Model::run_decode_steps(int pos, int n) {
   ScopedRange range(be_, "decode");
   int32_t* s = step_.as<int32_t>();
   int32_t* t = token_slots();
-  be_.run_step(/*key=*/n, /*steps=*/n, [&] {
+  const bool short_kv = int64_t(pos) + n <= kShortDecodeRows;
+  const int max_n_kv = short_kv ? std::min(kShortDecodeRows, n_ctx_) : 0;
+  be_.run_step(/*key=*/short_kv ? n : kDecodeRunMax + n, /*steps=*/n, [&] {
     for (int j = 0; j < n; ++j) {
       EmbeddingDesc e;
       e.table = embd_ ? embd_.get() : lm_head_.get();
       e.ids = t + j;
       e.out = x_.as<float>();
       be_.embedding(e);
-      run_layers(1, s, s + 1, 0, /*decode=*/true);
+      run_layers(1, s, s + 1, 0, /*decode=*/true, false, false, max_n_kv);
       MatmulDesc h;
       h.w = lm_head_.get();
       h.norm_x = x_.as<float>();

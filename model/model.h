@@ -140,8 +140,9 @@ class Model {
   // `last_row_out`, the last layer computes everything after its QKV projection (which fills the
   // KV cache for all m rows) for the last row only, the only one the lm_head reads. `recorded`: the
   // ops are being recorded for replays at other positions, so attention takes pos0 from pos.
+  // Decode steps tell attention_decode to expect at most max_n_kv cache rows (0: n_ctx).
   void run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t pos0, bool decode,
-                  bool last_row_out = false, bool recorded = false);
+                  bool last_row_out = false, bool recorded = false, int max_n_kv = 0);
   void run_decode_steps(int pos, int n);
   void check_position(int pos) const;
   // A prefill chunk's pieces: its m token ids, then its positions pos0 .. pos0 + m - 1, into out (the
@@ -154,11 +155,16 @@ class Model {
   void lm_head_row(int i);
 
   // Prompts of up to kPrefillRecordRows tokens are recorded per length (prefill), under run_step
-  // keys kPrefillStepKey - n (decode runs take 1 .. kDecodeRunMax); prefill_seen_[n] counts the
+  // keys kPrefillStepKey - n (decode runs take 1 .. 2·kDecodeRunMax); prefill_seen_[n] counts the
   // prompts of length n so far, up to 2.
   static constexpr int kPrefillRecordRows = 64;
   static_assert(2 * kPrefillRecordRows * sizeof(int32_t) <= kStagingBytes, "ids and positions fit the staging area");
   static constexpr int kPrefillStepKey = -1000;
+  // Decode runs are recorded per context class: runs that end within kShortDecodeRows cache rows
+  // (run_step key n) and the others (key kDecodeRunMax + n). The first tell attention_decode so
+  // (max_n_kv), so that a backend may take a form that pays off only on short caches (CUDA:
+  // attention and the output projection in one kernel, up to one chunk of 256 rows at head_dim 64).
+  static constexpr int kShortDecodeRows = 256;
   std::array<uint8_t, kPrefillRecordRows + 1> prefill_seen_{};
 
   Backend& be_;

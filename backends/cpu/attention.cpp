@@ -115,6 +115,10 @@ void CpuBackend::attention_decode(const AttentionDecodeDesc& d) {
     const int n_heads = std::min(kHeadsPerTask, (kv_head + 1) * group - h0);
     attend(d.q, d.out, h0, n_heads, kv_head, d.k_cache, d.v_cache, d.n_ctx, d.head_dim, n_kv, d.scale);
   });
+  if (!d.wo) return;
+  // The fused output projection, as the op sequence.
+  TLLM_CPU_CHECK(d.y && d.wo->type() == WeightType::W8 && d.wo->k() == int64_t(d.n_head) * d.head_dim);
+  matmul_impl(output_projection(d));
 }
 
 }  // namespace tllm::cpu

@@ -63,6 +63,21 @@
 //       warp per cache row, lanes over the head_dim, a warp sum per head and an online softmax per row (fp32
 //       weights). Much slower per row; the same splits (of 64 rows) and combine.
 //
+//   w8a16_matmul_m1_attention_decode<head_dim>  attention and the output projection with its
+//       residual add (AttentionDecodeDesc::wo) in one kernel, so that a decode layer hands off four
+//       times instead of five. Every block (one group of 8 warps per (KV head, head tile), at most
+//       two: 16 warps for the 14/2 heads) runs the whole attention as split 0 of the tensor-core
+//       kernel does, then multiplies the fp16 result by its 16 rows of the projection, copied into
+//       shared memory before the dependency wait, one warp per row in the order of w8a16_matmul_m1,
+//       and adds them to y: 56 blocks for 896 outputs. Taken where the caller expects at most one
+//       chunk of rows (max_n_kv, the model's short context class); past that, the blocks' repeated
+//       reads of K and V cost more than the hand-off saves. Measured on an H200, decode tok/s
+//       interleaved with the separate kernels: 2,120 against 2,059 after the "你好" chat prompt
+//       (4.13 µs in the step's chain against 2.34 + 2.50); over two chunks 1,979 against 1,971 at
+//       257-384 rows and 1,859 against 1,905 at 385-512. Blocks of 32 rows (2 per warp) decode
+//       2,064 tok/s, of 64 rows 1,924, of 8 rows 1,940 (112 blocks that hold their multiprocessors'
+//       registers keep the gate/up kernel's early blocks out: 6.69 against 5.34 µs).
+//
 //   attention_prefill_kernel  m query rows at positions pos0 .. pos0+m-1 (pos0 read from memory
 //       when the op gives `pos`, as a recorded prefill does), causal, flash-attention 2 style on
 //       tensor cores: a block takes 64 query rows of one head (16 per warp); K and V tiles of 64
@@ -131,7 +146,7 @@ struct DecodeArgs {
 
 // What each warp of a block leaves for the block's combine, then the split weights of the combine.
 template <int kHd, int kWarps>
-struct DecodeShared {
+struct alignas(16) DecodeShared {
   float m[kWarps][kDecodeHeads];       // the warp's maximum score per head (-inf: no rows)
   float l[kWarps][kDecodeHeads];       // Σ exp2(s - m) over the warp's rows
   float o[kWarps][kDecodeHeads][kHd];  // Σ exp2(s - m) · v, head_dim padded to 4 with zeros
@@ -191,6 +206,24 @@ __device__ __forceinline__ void store_out4(__half* out_head, int d, int hd, floa
   if (d + 2 < hd) *reinterpret_cast<uint32_t*>(out_head + d + 2) = float2_to_half2_bits(v.z * scale, v.w * scale);
 }
 
+// The block's warps combined (in warp order) for head h, dims d .. d+3: the unnormalised output,
+// with the maximum score in m and the sum in l. Finite where the block has a row.
+template <int kHd, int kWarps>
+__device__ __forceinline__ float4 combine_warps(const DecodeShared<kHd, kWarps>& sh, int h, int d, float& m, float& l) {
+  m = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh.m[w][h]);
+  l = 0.f;
+  float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) {
+    const float c = exp2f(sh.m[w][h] - m);  // 0 for a warp without rows
+    l = fmaf(c, sh.l[w][h], l);
+    o = fma4(c, *reinterpret_cast<const float4*>(&sh.o[w][h][d]), o);
+  }
+  return o;
+}
+
 // The end of a block, after every warp has filled sh.m, sh.l and sh.o and the block has synchronised:
 // combines the warps (in warp order), then writes the output (one split) or the split's partial; the
 // last split block to arrive for its (KV head, head tile) combines the partials in split order.
@@ -202,18 +235,8 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
   const float* cluster_ml = decode_partials + gridDim.x * kDecodeHeads * hd4;
   for (int i = tid; i < nh * n4; i += 32 * kWarps) {
     const int h = i / n4, d = 4 * (i - h * n4);
-    float m = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) m = fmaxf(m, sh.m[w][h]);  // finite: the split has a row
-    float l = 0.f;
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float c = exp2f(sh.m[w][h] - m);  // 0 for a warp without rows
-      const float4 x = *reinterpret_cast<const float4*>(&sh.o[w][h][d]);
-      l = fmaf(c, sh.l[w][h], l);
-      o = fma4(c, x, o);
-    }
+    float m, l;
+    const float4 o = combine_warps(sh, h, d, m, l);
     if (n_used == 1) {
       store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
     } else if (kCluster) {
@@ -378,66 +401,27 @@ __device__ __forceinline__ void load_chunk(DecodeRegs<kHd>& r, const __half* k_h
   }
 }
 
-// kHd: head_dim, 64 or 128. Fragment layouts as in mma_16816 (cuda_common.cuh), g = lane / 4,
-// t = lane % 4:
-//   Sᵀ = K·qᵀ, per step and k-step kk (16 dims): A = K rows (m = row g, g + 8), its k = 2t.., 2t+8..
-//       being the lane's dims (head_dim / 4)·t + 4kk + {0, 1} and + {2, 3} (words 2kk and 2kk + 1 of
-//       its K registers); B = q with the same dims, n = head g. The result holds the scores of rows
-//       g and g + 8 for heads 2t and 2t + 1.
-//   Oᵀ += Vᵀ·Pᵀ, per step and m-tile j: A = V (m = dims (head_dim / 8)·g + 2j and + 1, the low and
-//       high halves of word j; k = rows 2t, 2t+1, 2t+8, 2t+9); B = P (k = those rows, n = head g):
-//       the transposes of the score fragments as fp16. Lane (g, t) accumulates heads 2t, 2t + 1 at
-//       dims (head_dim / 8)·g + 2j, + 1.
-template <int kHd, bool kCluster>
-__global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(const DecodeArgs a) {
-  constexpr int kSteps = decode_steps(kHd), kChunk = decode_chunk(kHd);
-  constexpr int kKWords = kHd / 8, kVWords = kHd / 16;
-  __shared__ __align__(16) DecodeShared<kHd, kDecodeMmaWarps> sh;
-
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int split = blockIdx.x, kvh = blockIdx.y;
-  const int h0 = kvh * a.group + blockIdx.z * kDecodeHeads;         // first query head of the block
-  const int nh = min(kDecodeHeads, a.group - int(blockIdx.z) * kDecodeHeads);  // its heads
-  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
-  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
-  if constexpr (kCluster) {
-    if (split == 0 && threadIdx.x == 0) mbarrier_init_cluster(smem_address(&sh.bar), 1);
-    cluster_arrive();
-  }
-
-  // With a.early, n_kv and every row but the newest are final before the previous kernel ends: the
-  // block plans its split and loads its first chunk before the dependency wait, and reloads the
-  // newest row after it. Otherwise split 0 starts at row 0 for any n_kv: its first chunk is loaded
-  // before n_kv is known (rows past n_kv are masked below), so that a one-chunk context waits on
-  // memory once.
-  DecodeRegs<kHd> r;
-  int n_kv = 0, len = 0, n_used = 0;
-  if (a.early) {
-    n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), kChunk, len, n_used);
-    if (n_kv > 0) {
-      if (split >= n_used) return cluster_leave<kCluster>();
-      load_chunk(r, k_head, v_head, split * len, min(split * len + len, n_kv), warp, g, t);
-    }
-  }
-  grid_dependency_wait();
-  allow_dependent_launch();
-  if (!a.early && split == 0) load_chunk(r, k_head, v_head, 0, a.n_ctx, warp, g, t);
-  float4 qf[kHd / 16];  // q of head g, dims (head_dim / 4)·t ..
+// q of head h0 + g (zeros past nh), dims (head_dim / 4)·t .., as the K registers hold them.
+template <int kHd>
+__device__ __forceinline__ void load_q(const DecodeArgs& a, int h0, int nh, int g, int t, float4 (&qf)[kHd / 16]) {
 #pragma unroll
   for (int i = 0; i < kHd / 16; ++i) {
     qf[i] = g < nh ? *reinterpret_cast<const float4*>(a.q + int64_t(h0 + g) * kHd + kHd / 4 * t + 4 * i)
                    : make_float4(0.f, 0.f, 0.f, 0.f);
   }
-  if (!a.early) n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), kChunk, len, n_used);
-  if (n_kv <= 0) {
-    zero_heads(a, h0, nh, kHd);
-    return cluster_leave<kCluster>();
-  }
-  if (split >= n_used) return cluster_leave<kCluster>();
-  const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
-  if (a.early && n_kv - 1 < r_begin + kChunk && n_kv - 1 < r_end)  // the newest row is in the first chunk
-    load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t, n_kv - 1);
+}
 
+// One warp's part of a block's rows r_begin .. r_end - 1 (every chunk of them: the first already in
+// r, the later ones loaded here), for the 8 heads whose q the warp holds in qf; leaves the warp's
+// maximum, sum and output in sh.m, sh.l and sh.o[warp]. Fragment layouts as described at
+// attention_decode_kernel below.
+template <int kHd>
+__device__ __forceinline__ void decode_rows(const DecodeArgs& a, DecodeRegs<kHd>& r, const float4 (&qf)[kHd / 16],
+                                            const __half* k_head, const __half* v_head, int r_begin, int r_end,
+                                            int warp, int lane, DecodeShared<kHd, kDecodeMmaWarps>& sh) {
+  constexpr int kSteps = decode_steps(kHd), kChunk = decode_chunk(kHd);
+  constexpr int kKWords = kHd / 8, kVWords = kHd / 16;
+  const int g = lane >> 2, t = lane & 3;
   // q · scale · log2(e) as fp16 hi and lo · 2^11 parts, in the K registers' word order.
   uint32_t qh[kKWords], ql[kKWords];
 #pragma unroll
@@ -453,7 +437,6 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
   float m_run[2] = {-INFINITY, -INFINITY};  // running maximum of heads 2t, 2t + 1 (same in all g)
   float l_run[2] = {0.f, 0.f};              // this lane's part of their running sums
   float o[kVWords][4] = {};                 // Oᵀ fragments
-  if (!a.early && split != 0) load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t);
   for (int c = r_begin; c < r_end; c += kChunk) {
     if (c + 16 * warp >= r_end) break;  // the warp has no rows here or after
     if (c != r_begin) load_chunk(r, k_head, v_head, c, r_end, warp, g, t);
@@ -554,6 +537,65 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
     *reinterpret_cast<float2*>(&sh.o[warp][2 * t][d]) = make_float2(o[j][0], o[j][2]);
     *reinterpret_cast<float2*>(&sh.o[warp][2 * t + 1][d]) = make_float2(o[j][1], o[j][3]);
   }
+}
+
+// kHd: head_dim, 64 or 128. Fragment layouts as in mma_16816 (cuda_common.cuh), g = lane / 4,
+// t = lane % 4:
+//   Sᵀ = K·qᵀ, per step and k-step kk (16 dims): A = K rows (m = row g, g + 8), its k = 2t.., 2t+8..
+//       being the lane's dims (head_dim / 4)·t + 4kk + {0, 1} and + {2, 3} (words 2kk and 2kk + 1 of
+//       its K registers); B = q with the same dims, n = head g. The result holds the scores of rows
+//       g and g + 8 for heads 2t and 2t + 1.
+//   Oᵀ += Vᵀ·Pᵀ, per step and m-tile j: A = V (m = dims (head_dim / 8)·g + 2j and + 1, the low and
+//       high halves of word j; k = rows 2t, 2t+1, 2t+8, 2t+9); B = P (k = those rows, n = head g):
+//       the transposes of the score fragments as fp16. Lane (g, t) accumulates heads 2t, 2t + 1 at
+//       dims (head_dim / 8)·g + 2j, + 1.
+template <int kHd, bool kCluster>
+__global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(const DecodeArgs a) {
+  constexpr int kChunk = decode_chunk(kHd);
+  __shared__ __align__(16) DecodeShared<kHd, kDecodeMmaWarps> sh;
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int split = blockIdx.x, kvh = blockIdx.y;
+  const int h0 = kvh * a.group + blockIdx.z * kDecodeHeads;         // first query head of the block
+  const int nh = min(kDecodeHeads, a.group - int(blockIdx.z) * kDecodeHeads);  // its heads
+  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
+  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
+  if constexpr (kCluster) {
+    if (split == 0 && threadIdx.x == 0) mbarrier_init_cluster(smem_address(&sh.bar), 1);
+    cluster_arrive();
+  }
+
+  // With a.early, n_kv and every row but the newest are final before the previous kernel ends: the
+  // block plans its split and loads its first chunk before the dependency wait, and reloads the
+  // newest row after it. Otherwise split 0 starts at row 0 for any n_kv: its first chunk is loaded
+  // before n_kv is known (rows past n_kv are masked below), so that a one-chunk context waits on
+  // memory once.
+  DecodeRegs<kHd> r;
+  int n_kv = 0, len = 0, n_used = 0;
+  if (a.early) {
+    n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), kChunk, len, n_used);
+    if (n_kv > 0) {
+      if (split >= n_used) return cluster_leave<kCluster>();
+      load_chunk(r, k_head, v_head, split * len, min(split * len + len, n_kv), warp, g, t);
+    }
+  }
+  grid_dependency_wait();
+  allow_dependent_launch();
+  if (!a.early && split == 0) load_chunk(r, k_head, v_head, 0, a.n_ctx, warp, g, t);
+  float4 qf[kHd / 16];
+  load_q<kHd>(a, h0, nh, g, t, qf);
+  if (!a.early) n_kv = read_n_kv(a, decode_one(kHd), decode_unit(kHd), kChunk, len, n_used);
+  if (n_kv <= 0) {
+    zero_heads(a, h0, nh, kHd);
+    return cluster_leave<kCluster>();
+  }
+  if (split >= n_used) return cluster_leave<kCluster>();
+  const int r_begin = split * len, r_end = min(r_begin + len, n_kv);
+  if (a.early && n_kv - 1 < r_begin + kChunk && n_kv - 1 < r_end)  // the newest row is in the first chunk
+    load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t, n_kv - 1);
+
+  if (!a.early && split != 0) load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t);
+  decode_rows<kHd>(a, r, qf, k_head, v_head, r_begin, r_end, warp, lane, sh);
   __syncthreads();
   decode_finish<kHd, kDecodeMmaWarps, kCluster>(a, sh, n_used, h0, nh);
 }
@@ -645,6 +687,127 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kerne
   }
   __syncthreads();
   decode_finish(a, sh, n_used, h0, nh);
+}
+
+// ---- decode with the output projection ------------------------------------------------------------
+
+constexpr int kProjGroups = 2;  // (KV head, head tile) groups per block at most, 8 warps each
+constexpr int kProjRows = 16;   // output rows per block; a multiple of 16, so that its scales start
+                                // 16-byte aligned (k is a multiple of 32)
+constexpr int kProjRowsPerWarp = kProjRows / kDecodeMmaWarps;  // at most, with one group
+
+struct ProjArgs {
+  DecodeArgs att;
+  const int8_t* wq = nullptr;      // (n_out, k)
+  const __half* ws = nullptr;      // (n_out, k / 32)
+  float* y = nullptr;              // (n_out)
+  int n_out = 0, k = 0;            // k = n_head · head_dim
+  int head_tiles = 0;
+};
+
+// Dynamic shared memory of the fused kernel: each group's DecodeShared, the block's weight rows and
+// scales, and the attention output staged as fp32 (x_unit order).
+template <int kHd>
+size_t proj_smem_bytes(int groups, int k) {
+  static_assert(sizeof(DecodeShared<kHd, kDecodeMmaWarps>) % 16 == 0, "the parts after it stay 16-byte aligned");
+  return size_t(groups) * sizeof(DecodeShared<kHd, kDecodeMmaWarps>) + size_t(kProjRows) * k +
+         size_t(kProjRows) * k / 16 + size_t(k) * sizeof(float);
+}
+
+// Every block runs the whole attention (one 8-warp group per (KV head, head tile), as the first
+// split of attention_decode_kernel, over every chunk of rows), then multiplies the fp16 result by
+// its kProjRows rows of the projection, which it copied into shared memory before the dependency
+// wait, and adds them to y. Block 0 also writes the attention output.
+template <int kHd>
+__global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
+    w8a16_matmul_m1_attention_decode(const ProjArgs p) {
+  using Shared = DecodeShared<kHd, kDecodeMmaWarps>;
+  constexpr int kChunk = decode_chunk(kHd);
+  extern __shared__ __align__(16) unsigned char proj_smem[];
+  const DecodeArgs& a = p.att;
+  const int groups = int(blockDim.x) / kDecodeMmaThreads, n_warps = int(blockDim.x) >> 5;
+  const int tid = threadIdx.x, grp = tid / kDecodeMmaThreads, gtid = tid % kDecodeMmaThreads;
+  const int wid = tid >> 5, warp = wid % kDecodeMmaWarps, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int kvh = grp / p.head_tiles, tile = grp % p.head_tiles;
+  const int h0 = kvh * a.group + tile * kDecodeHeads, nh = min(kDecodeHeads, a.group - tile * kDecodeHeads);
+  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
+  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
+  Shared& sh = reinterpret_cast<Shared*>(proj_smem)[grp];
+  int8_t* w_s = reinterpret_cast<int8_t*>(proj_smem + groups * sizeof(Shared));
+  __half* s_s = reinterpret_cast<__half*>(w_s + kProjRows * p.k);
+  float4* xs = reinterpret_cast<float4*>(s_s + kProjRows * (p.k / kW8Group));
+  const int row0 = int(blockIdx.x) * kProjRows, rows = min(kProjRows, p.n_out - row0);
+
+  // Before the wait (as attention_decode_kernel with a.early): n_kv and the first chunk of rows, then
+  // the block's weight rows and scales (each a contiguous run) into shared memory.
+  DecodeRegs<kHd> r;
+  int n_kv = 0;
+  if (a.early) {
+    n_kv = min(*a.n_kv, a.n_ctx);
+    if (n_kv > 0) load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t);
+  }
+  for (int i = tid; i < rows * p.k / 16; i += int(blockDim.x)) cp_async16(w_s + 16 * i, p.wq + int64_t(row0) * p.k + 16 * i, 16);
+  const int s_bytes = rows * p.k / 16;
+  const char* s_src = reinterpret_cast<const char*>(p.ws + int64_t(row0) * (p.k / kW8Group));
+  for (int i = tid; 16 * i < s_bytes; i += int(blockDim.x))
+    cp_async16(reinterpret_cast<char*>(s_s) + 16 * i, s_src + 16 * i, min(16, s_bytes - 16 * i));
+  cp_async_commit();
+  grid_dependency_wait();
+  allow_dependent_launch();
+  float y0[kProjRowsPerWarp];  // the y values the warp's rows add to, in flight during the attention
+#pragma unroll
+  for (int j = 0; j < kProjRowsPerWarp; ++j) {
+    const int row = wid + j * n_warps;
+    y0[j] = lane == 0 && row < rows ? p.y[row0 + row] : 0.f;
+  }
+  float4 qf[kHd / 16];
+  load_q<kHd>(a, h0, nh, g, t, qf);
+  if (!a.early) {
+    n_kv = min(*a.n_kv, a.n_ctx);
+    if (n_kv > 0) load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t);
+  } else if (n_kv > 0 && n_kv - 1 < kChunk) {
+    load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t, n_kv - 1);  // the newest row
+  }
+  if (n_kv > 0) decode_rows<kHd>(a, r, qf, k_head, v_head, 0, n_kv, warp, lane, sh);
+  __syncthreads();
+
+  // The group's heads normalised and rounded to fp16, the projection's input (zeros without rows).
+  constexpr int kN4 = kHd / 4;
+  for (int i = gtid; i < nh * kN4; i += kDecodeMmaThreads) {
+    const int h = i / kN4, d = 4 * (i - h * kN4), e = (h0 + h) * kHd + d;
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (n_kv > 0) {
+      float m, l;
+      const float4 o = combine_warps(sh, h, d, m, l);
+      const float inv = 1.0f / l;
+      v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+    }
+    if (blockIdx.x == 0) store_out4(a.out + int64_t(h0 + h) * kHd, d, kHd, v, 1.0f);
+    xs[x_unit<true>(e / 16, (e % 16) / 4)] = make_float4(__half2float(__float2half_rn(v.x)), __half2float(__float2half_rn(v.y)),
+                                                        __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+
+  // One warp per output row, as w8a16_matmul_m1 does it (same order of products and sums).
+#pragma unroll
+  for (int j = 0; j < kProjRowsPerWarp; ++j) {
+    const int row = wid + j * n_warps;
+    if (row >= rows) break;
+    const uint4* w_row = reinterpret_cast<const uint4*>(w_s + row * p.k);
+    const __half* s_row = s_s + row * (p.k / kW8Group);
+    float acc = 0.f;
+    for (int c = lane; c < p.k / 16; c += 32) {
+      const uint4 w = w_row[c];
+      float d = dot_i8x4(w.x, xs[x_unit<true>(c, 0)], 0.f);
+      d = dot_i8x4(w.y, xs[x_unit<true>(c, 1)], d);
+      d = dot_i8x4(w.z, xs[x_unit<true>(c, 2)], d);
+      d = dot_i8x4(w.w, xs[x_unit<true>(c, 3)], d);
+      acc = fmaf(d, __half2float(s_row[c >> 1]), acc);
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) p.y[row0 + row] = y0[j] + acc;
+  }
 }
 
 // ---- prefill -------------------------------------------------------------------------------------
@@ -893,6 +1056,10 @@ void check_heads(const char* op, int n_head, int n_head_kv, int head_dim, int n_
 }  // namespace
 
 void CudaBackend::prepare_attention() {
+  // The fused projection's rows and staged input: as much as the device allows (checked per launch).
+  for (const void* k : {reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<64>),
+                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128>)})
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
   // Clusters of up to kClusterMaxSplits blocks, the first holding every split's partials.
   if (cc_major_ < 9) return;
   const auto allow = [](const void* kernel, int head_dim) {
@@ -944,22 +1111,48 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   a.part_ml = a.part_o + int64_t(d.n_head) * n_splits * hd4;
   a.counters = attn_counters_.as<unsigned>();
   a.early = d.only_newest_row_fresh;
+  if (d.wo) {
+    CUDA_REQUIRE(d.y && d.wo->type() == WeightType::W8 && d.wo->k() == int64_t(d.n_head) * d.head_dim, op,
+                 "the output projection needs y and W8 weights of k = n_head * head_dim");
+    // Fused where every block can run the whole attention: at most kProjGroups groups of 8 warps
+    // (14/2 heads: two), and at most one chunk of rows by the caller's bound.
+    const int max_rows = d.max_n_kv > 0 ? std::min(d.max_n_kv, d.n_ctx) : d.n_ctx;
+    const int groups = d.n_head_kv * head_tiles;
+    const size_t smem = d.head_dim == 64 ? proj_smem_bytes<64>(groups, int(d.wo->k()))
+                                         : proj_smem_bytes<128>(groups, int(d.wo->k()));
+    if (tensor && groups <= kProjGroups && max_rows <= decode_chunk(d.head_dim) && smem <= smem_optin_) {
+      const CudaMatrix& w = cuda_matrix(d.wo, op);
+      ProjArgs p;
+      p.att = a;
+      p.wq = w.q();
+      p.ws = w.scales();
+      p.y = d.y;
+      p.n_out = int(w.n());
+      p.k = int(w.k());
+      p.head_tiles = head_tiles;
+      launch(d.head_dim == 64 ? w8a16_matmul_m1_attention_decode<64> : w8a16_matmul_m1_attention_decode<128>,
+             dim3(unsigned(ceil_div(w.n(), kProjRows))), dim3(unsigned(groups * kDecodeMmaThreads)), smem, p);
+      return;
+    }
+  }
   const dim3 grid(unsigned(n_splits), unsigned(d.n_head_kv), unsigned(head_tiles));
   if (!tensor) {
     launch(attention_decode_generic_kernel, grid, dim3(kDecodeThreads), 0, a);
-    return;
-  }
-  const auto in_clusters = d.head_dim == 64 ? attention_decode_kernel<64, true> : attention_decode_kernel<128, true>;
-  const size_t smem = size_t(n_splits) * kDecodeHeads * size_t(hd4 + 2) * sizeof(float);
-  if (cluster && n_splits > 1 &&
-      active_clusters(reinterpret_cast<const void*>(in_clusters), grid, dim3(kDecodeMmaThreads), smem,
-                      unsigned(n_splits)) >= int(grid.y * grid.z)) {
-    launch_clusters(in_clusters, grid, dim3(kDecodeMmaThreads), smem, unsigned(n_splits), a);
   } else {
-    launch(d.head_dim == 64 ? attention_decode_kernel<64, false> : attention_decode_kernel<128, false>, grid,
-           dim3(kDecodeMmaThreads), 0, a);
+    const auto in_clusters = d.head_dim == 64 ? attention_decode_kernel<64, true> : attention_decode_kernel<128, true>;
+    const size_t smem = size_t(n_splits) * kDecodeHeads * size_t(hd4 + 2) * sizeof(float);
+    if (cluster && n_splits > 1 &&
+        active_clusters(reinterpret_cast<const void*>(in_clusters), grid, dim3(kDecodeMmaThreads), smem,
+                        unsigned(n_splits)) >= int(grid.y * grid.z)) {
+      launch_clusters(in_clusters, grid, dim3(kDecodeMmaThreads), smem, unsigned(n_splits), a);
+    } else {
+      launch(d.head_dim == 64 ? attention_decode_kernel<64, false> : attention_decode_kernel<128, false>, grid,
+             dim3(kDecodeMmaThreads), 0, a);
+    }
   }
+  if (d.wo) matmul_m1(output_projection(d));  // the projection as its own kernel
 }
+
 
 void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {
   const char* op = "attention_prefill";

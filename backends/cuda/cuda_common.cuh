@@ -194,6 +194,19 @@ __device__ __forceinline__ float dot_i8x4(uint32_t w, float4 x, float d) {
   return d;
 }
 
+// A GEMV's x in shared memory, as fp32, in units of 4 values: unit (c, j) holds x[c·V + 4j .. + 3] for
+// weight vector c (V = 16 values for W8, 8 for F16). A lane reads the units of vectors 32 apart from
+// its neighbours', so without care the 8 lanes of a quarter-warp would hit the same bank group;
+// rotating a vector's units by (c / 2) (W8) or swapping them by (c / 4) (F16) spreads them over all 8.
+template <bool kW8>
+__device__ __forceinline__ int x_unit(int c, int j) {
+  if constexpr (kW8) {
+    return 4 * c + ((j + (c >> 1)) & 3);
+  } else {
+    return 2 * c + (j ^ ((c >> 2) & 1));
+  }
+}
+
 // 16-byte read-only load (weights).
 __device__ __forceinline__ uint4 load_ro16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 

@@ -1,6 +1,6 @@
 // Conformance of attention_prefill (causal, pos0 = 0 and > 0, pos0 from backend memory, q inside
-// wider rows) and attention_decode (n_kv read from backend memory), over grouped-query head
-// layouts. The decode cases walk n_kv across the split boundaries of the CUDA kernels (one split up
+// wider rows) and attention_decode (n_kv read from backend memory, with and without the output
+// projection fused in), over grouped-query head layouts. The decode cases walk n_kv across the split boundaries of the CUDA kernels (one split up
 // to two chunks, 512 rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, or
 // of whole chunks past 16 half chunks, at most 64 splits),
 // through one descriptor so that a combine which leaves its arrival counter set fails the next
@@ -17,6 +17,7 @@
 // far outside the tolerance.
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 
 #include "ops/conformance.h"
@@ -150,11 +151,54 @@ class AttentionTest : public OpsTest {
         << " n_ctx=" << n_ctx;
   }
 
+  // The output projection fused into a decode call (AttentionDecodeDesc::wo): random W8 weights of
+  // n_out rows, a new random y before each call, and the caller's promise max_n_kv.
+  struct Projection {
+    int64_t n_out = 0;
+    int max_n_kv = 0;
+  };
+  struct ProjectionState {
+    HostWeights w;
+    std::unique_ptr<Matrix> dev;
+    Buffer y;
+    std::vector<float> y0;
+  };
+
+  ProjectionState start_projection(Rng& rng, const Projection& p, int64_t q_dim, AttentionDecodeDesc& d) {
+    ProjectionState s;
+    s.w = random_w8(rng, p.n_out, q_dim);
+    s.dev = be().upload_matrix(s.w.view());
+    s.y = alloc<float>(size_t(p.n_out));
+    d.wo = s.dev.get();
+    d.y = s.y.as<float>();
+    d.max_n_kv = p.max_n_kv;
+    return s;
+  }
+
+  void new_y(Rng& rng, ProjectionState& s) {
+    s.y0 = random_floats(rng, size_t(s.w.n), -2.0f, 2.0f);
+    be().upload(s.y.data(), s.y0.data(), s.y0.size() * sizeof(float));
+  }
+
+  // y against y0 + out · woᵀ for the op's own fp16 output (checked against the attention oracle
+  // apart): the tolerance of an fp32 sum, as in the matmul tests.
+  void expect_projection(const ProjectionState& s, const std::vector<half_t>& out, const std::string& what) {
+    const int64_t n = s.w.n, k = s.w.k;
+    std::vector<double> mag;
+    std::vector<double> want = ref::matmul(ref::dequantize(s.w.view()), n, k, to_float(out), 1, nullptr, &mag);
+    std::vector<double> tol(want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+      want[i] += s.y0[i];
+      tol[i] = fp32_sum_error(k) * (mag[i] + std::fabs(s.y0[i]));
+    }
+    EXPECT_TRUE(all_close(download<float>(s.y), want, tol)) << what << ": the fused projection, n_out=" << n;
+  }
+
   // Decode against each n_kv in turn, with one descriptor: only the n_kv value in backend memory
   // changes between calls. Rows from max(n_kv_list) on are poison. `misalign` elements before q and
   // each cache in their buffers (1: q 4-byte and the caches 2-byte aligned only).
   void check_decode(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list, float q_amp,
-                    int misalign = 0) {
+                    int misalign = 0, const Projection* proj = nullptr) {
     const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim;
     const Caches c = make_caches(rng, hd, n_ctx, *std::max_element(n_kv_list.begin(), n_kv_list.end()));
     std::vector<half_t> k_host(size_t(misalign), 0), v_host(size_t(misalign), 0);
@@ -162,22 +206,28 @@ class AttentionTest : public OpsTest {
     v_host.insert(v_host.end(), c.v.begin(), c.v.end());
     Buffer kc = upload(k_host), vc = upload(v_host);
     Buffer qb = alloc<float>(size_t(q_dim + misalign)), out = alloc<half_t>(size_t(q_dim)), n_kv_b = alloc<int32_t>(1);
-    const AttentionDecodeDesc d = decode_desc(hd, n_ctx, qb.as<float>() + misalign, kc.as<half_t>() + misalign,
-                                              vc.as<half_t>() + misalign, out.as<half_t>(), n_kv_b.as<int32_t>());
+    AttentionDecodeDesc d = decode_desc(hd, n_ctx, qb.as<float>() + misalign, kc.as<half_t>() + misalign,
+                                        vc.as<half_t>() + misalign, out.as<half_t>(), n_kv_b.as<int32_t>());
+    ProjectionState ps;
+    if (proj) ps = start_projection(rng, *proj, q_dim, d);
     for (int n_kv : n_kv_list) {
       const std::vector<float> q = random_floats(rng, size_t(q_dim), -q_amp, q_amp);
       const int32_t n_kv_host = n_kv;
       be().upload(qb.as<float>() + misalign, q.data(), q.size() * sizeof(float));
       be().upload(n_kv_b.data(), &n_kv_host, sizeof(int32_t));
+      if (proj) new_y(rng, ps);
       be().attention_decode(d);
-      expect_decode(q, c, hd, n_ctx, n_kv, download<half_t>(out), "decode");
+      const std::vector<half_t> got = download<half_t>(out);
+      expect_decode(q, c, hd, n_ctx, n_kv, got, "decode");
+      if (proj) expect_projection(ps, got, "decode n_kv=" + std::to_string(n_kv));
     }
   }
 
   // A decode step's order: the newest row (n_kv - 1) appended by the op just before attention
   // (kv_append here) and only_newest_row_fresh set, so that a backend may read n_kv and the older
   // rows early but must take that row after the append. The row holds poison until then.
-  void check_decode_appended(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list) {
+  void check_decode_appended(Rng& rng, const Heads& hd, int n_ctx, const std::vector<int>& n_kv_list,
+                             const Projection* proj = nullptr) {
     const int64_t q_dim = int64_t(hd.n_head) * hd.head_dim, kv_dim = int64_t(hd.n_head_kv) * hd.head_dim;
     const Caches c = make_caches(rng, hd, n_ctx, n_ctx);
     Buffer kc = upload(c.k), vc = upload(c.v);
@@ -186,6 +236,8 @@ class AttentionTest : public OpsTest {
     AttentionDecodeDesc d =
         decode_desc(hd, n_ctx, qb.as<float>(), kc.as<half_t>(), vc.as<half_t>(), out.as<half_t>(), n_kv_b.as<int32_t>());
     d.only_newest_row_fresh = true;
+    ProjectionState ps;
+    if (proj) ps = start_projection(rng, *proj, q_dim, d);
     KvAppendDesc a;
     a.k = k_row_b.as<float>();
     a.v = v_row_b.as<float>();
@@ -214,9 +266,12 @@ class AttentionTest : public OpsTest {
       be().upload(pos_b.data(), &row, sizeof(int32_t));
       be().upload(k_row_b.data(), k_row.data(), k_row.size() * sizeof(float));
       be().upload(v_row_b.data(), v_row.data(), v_row.size() * sizeof(float));
+      if (proj) new_y(rng, ps);
       be().kv_append(a);
       be().attention_decode(d);
-      expect_decode(q, c, hd, n_ctx, n_kv, download<half_t>(out), "decode after kv_append");
+      const std::vector<half_t> got = download<half_t>(out);
+      expect_decode(q, c, hd, n_ctx, n_kv, got, "decode after kv_append");
+      if (proj) expect_projection(ps, got, "decode after kv_append n_kv=" + std::to_string(n_kv));
     }
   }
 };
@@ -305,6 +360,31 @@ TEST_P(AttentionTest, DecodeOtherLayouts) {
   for (const Heads& hd : {Heads{6, 2, 40}, Heads{4, 1, 256}, Heads{2, 2, 2}, Heads{10, 2, 96}, Heads{3, 1, 18}})
     check_decode(rng, hd, 300, {1, 64, 65, 300, 17}, 2.0f);
   for (const Heads& hd : {kHeads[0], kHeads[3]}) check_decode(rng, hd, 600, {1, 65, 600, 200}, 2.0f, 1);
+}
+
+// The output projection fused in (y += out · woᵀ). On CUDA one kernel runs both where the caller
+// expects at most one chunk of rows (max_n_kv up to 256 at head_dim 64, 128 at 128) and the heads fit
+// one block (at most two groups of up to 8 query heads: 14/2, 3/1, 16/2); past the bound that kernel
+// takes the further chunks in turn (still right, only slower). Every other case (the bound 0 = n_ctx
+// or 512, 9/3, 7/7, 40/2, head_dim 80, unaligned q) runs attention and then matmul_m1. Output counts
+// that are not a multiple of the kernel's 16 rows per block (100, 8) and the newest row appended by
+// the op before.
+TEST_P(AttentionTest, DecodeWithOutputProjection) {
+  Rng rng(912);
+  const Projection short_896{896, 256}, short_100{100, 128}, short_8{8, 128}, any_896{896, 0}, two_chunks{896, 512};
+  check_decode(rng, kHeads[0], 4096, {1, 17, 255, 256, 200, 257, 511, 512, 700, 31}, 2.0f, 0, &short_896);
+  check_decode(rng, kHeads[0], 4096, {513, 4096, 17}, 2.0f, 0, &any_896);
+  check_decode(rng, kHeads[0], 4096, {1, 300, 512}, 2.0f, 0, &two_chunks);
+  check_decode(rng, kHeads[0], 256, {1, 158, 256}, 2.0f, 0, &any_896);  // n_ctx itself is one chunk
+  check_decode(rng, kHeads[0], 600, {1, 65, 250}, 2.0f, 1, &short_896);  // unaligned: not fused
+  check_decode(rng, kHeads[3], 1024, {1, 128, 129, 256}, 2.0f, 0, &short_100);
+  check_decode(rng, kHeads[4], 300, {1, 127, 128, 255}, 2.0f, 0, &short_8);
+  for (const Heads& hd : {kHeads[1], kHeads[2], kHeads[5], kHeads[6]})
+    check_decode(rng, hd, 700, {1, 300, 700}, 2.0f, 0, &any_896);
+  check_decode(rng, kHeads[0], 4096, {1, 250}, 100.0f, 0, &short_896);  // large scores
+  check_decode_appended(rng, kHeads[0], 4096, {1, 2, 17, 128, 255, 256, 257, 300, 512}, &short_896);
+  check_decode_appended(rng, kHeads[0], 4096, {513, 2049}, &any_896);
+  check_decode_appended(rng, kHeads[4], 1024, {1, 128, 129, 200}, &short_100);
 }
 
 // Scores in the hundreds: exp overflows fp32 unless the maximum is subtracted first.

@@ -9,8 +9,8 @@
 //     attention_decode -> matmul_m1 accumulate (o) -> rmsnorm -> matmul_m1 gate, up -> silu_mul ->
 //     matmul_m1 accumulate (down)] -> rmsnorm -> matmul_m1 logits -> argmax, with every step's
 //     token fed back through backend memory and nothing downloaded until the last step;
-//   - Fused: the same with the rmsnorm prologues, the rope + KV append epilogue of the QKV projection
-//     and the SwiGLU epilogue, each step issued inside run_step (recorded once and replayed where the
+//   - Fused: the same with the rmsnorm prologues, the rope + KV append epilogue of the QKV projection,
+//     the output projection in attention_decode and the SwiGLU epilogue, each step issued inside run_step (recorded once and replayed where the
 //     backend captures steps).
 #include <algorithm>
 #include <cmath>
@@ -270,8 +270,11 @@ class DecodeStepTest : public OpsTest {
       qkv.rope.theta = kTheta;
       qkv.rope.mode = RopeMode::Neox;
       be().matmul_m1(qkv);
-      be().attention_decode(attention(l));
-      be().matmul_m1(mm(l.o.get(), att_.as<half_t>(), x_.as<float>(), true));
+      AttentionDecodeDesc att = attention(l);
+      att.wo = l.o.get();  // the output projection fused in
+      att.y = x_.as<float>();
+      att.max_n_kv = kCtx;
+      be().attention_decode(att);
       MatmulDesc gu = mm(l.gate_up.get(), nullptr, nullptr);
       gu.norm_x = x_.as<float>();
       gu.norm_weight = l.ffn_norm.as<float>();
