@@ -252,6 +252,17 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
     a.scale = 0.125f;
     b.run("attention_decode", "n_kv=" + std::to_string(ctx), 2.0 * s.n_head_kv * ctx * s.head_dim * h,
           [&](int) { be.attention_decode(a); });
+    if (ctx > 256) continue;
+    // With the output projection fused in, as a decode step of up to 256 cache rows runs it.
+    auto wo = b.matrices(WeightType::W8, E, s.n_head * s.head_dim);
+    a.y = y.as<float>();
+    a.max_n_kv = ctx;
+    b.run("w8a16_matmul_m1_attention_decode", "n_kv=" + std::to_string(ctx) + " N=" + std::to_string(E),
+          2.0 * s.n_head_kv * ctx * s.head_dim * h + double(wo[0]->stream_bytes()) + 2.0 * E * f, [&](int i) {
+            a.wo = wo[size_t(i) % wo.size()].get();
+            be.attention_decode(a);
+          });
+    a.wo = nullptr;
   }
   {
     AttentionPrefillDesc a;

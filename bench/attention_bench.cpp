@@ -4,6 +4,8 @@
 //                      n_kv and cycled through copies that add up to at least 128 MB (see
 //                      bench_common.h), so each run streams K and V from memory as a decode step
 //                      does (every layer has its own cache).
+//   w8a16_matmul_m1_attention_decode  the same at n_kv = 128 with the output projection fused in
+//                      (896 x 896 W8, weights cycled like the caches).
 //   attention_prefill  T = 128, 512 causal query rows at positions 0 .. T-1 (q packed in qkv rows, as
 //                      the model passes it). Compute-bound; its inputs are not cycled.
 //
@@ -15,7 +17,9 @@
 namespace tllm::bench {
 namespace {
 
-OpFactory decode_case(int n_kv) {
+// With `projection`, the output projection fused in (AttentionDecodeDesc::wo, y += out · woᵀ), as a
+// decode step of up to 256 cache rows runs it; the weights cycle with the caches.
+OpFactory decode_case(int n_kv, bool projection = false) {
   return [=](Workspace& ws) {
     const ModelShape& s = kModel;
     const size_t cache = size_t(s.n_head_kv) * n_kv * s.head_dim;  // (n_head_kv, n_ctx = n_kv, head_dim)
@@ -31,13 +35,21 @@ OpFactory decode_case(int n_kv) {
     d.head_dim = s.head_dim;
     d.n_ctx = n_kv;
     d.scale = 1.0f / std::sqrt(float(s.head_dim));
+    std::vector<const Matrix*> wo;
+    if (projection) {
+      wo = ws.matrices(WeightType::W8, s.n_embd, s.q_dim());
+      d.y = ws.f32(size_t(s.n_embd));
+      d.max_n_kv = n_kv;
+    }
     OpCase c;
     c.op = Op::AttentionDecode;
     c.bytes = 2.0 * cache * sizeof(half_t) + s.q_dim() * 4.0 + s.q_dim() * 2.0;
+    if (projection) c.bytes += double(wo[0]->stream_bytes()) + 2.0 * s.n_embd * sizeof(float);
     Backend& b = ws.backend();
-    c.issue = [&b, d, k, v, cache, copies](int64_t i) mutable {
+    c.issue = [&b, d, k, v, cache, copies, wo](int64_t i) mutable {
       d.k_cache = k + size_t(i) % copies * cache;
       d.v_cache = v + size_t(i) % copies * cache;
+      if (!wo.empty()) d.wo = wo[size_t(i) % wo.size()];
       b.attention_decode(d);
     };
     return c;
@@ -73,6 +85,7 @@ OpFactory prefill_case(int t) {
 
 void register_cases() {
   for (int n_kv : {128, 1024, 4096}) register_op("attention_decode", args({{"n_kv", n_kv}}), decode_case(n_kv));
+  register_op("w8a16_matmul_m1_attention_decode", args({{"n_kv", 128}}), decode_case(128, true));
   for (int t : {128, 512}) register_op("attention_prefill", args({{"T", t}}), prefill_case(t));
 }
 
