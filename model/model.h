@@ -117,6 +117,11 @@ class Model {
   // writes them to out, in order. So a run can be queued before the host reads the tokens of the
   // one before.
   static constexpr int kDecodeRunMax = 8;
+  // Decode runs are recorded per context class: runs that end within kShortDecodeRows cache rows
+  // (run_step key n) and the others (key kDecodeRunMax + n). The first tell attention_decode so
+  // (max_n_kv), so that a backend may take a form that pays off only on short caches (CUDA:
+  // attention and the output projection in one kernel, up to one chunk of 256 rows at head_dim 64).
+  static constexpr int kShortDecodeRows = 256;
   void decode_run(int pos, int n);
   uint64_t queue_run_tokens(int n);
   void take_run_tokens(uint64_t ticket, int n, int32_t* out);
@@ -160,11 +165,6 @@ class Model {
   static constexpr int kPrefillRecordRows = 64;
   static_assert(2 * kPrefillRecordRows * sizeof(int32_t) <= kStagingBytes, "ids and positions fit the staging area");
   static constexpr int kPrefillStepKey = -1000;
-  // Decode runs are recorded per context class: runs that end within kShortDecodeRows cache rows
-  // (run_step key n) and the others (key kDecodeRunMax + n). The first tell attention_decode so
-  // (max_n_kv), so that a backend may take a form that pays off only on short caches (CUDA:
-  // attention and the output projection in one kernel, up to one chunk of 256 rows at head_dim 64).
-  static constexpr int kShortDecodeRows = 256;
   std::array<uint8_t, kPrefillRecordRows + 1> prefill_seen_{};
 
   Backend& be_;
