@@ -746,7 +746,8 @@ __global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
     n_kv = min(*a.n_kv, a.n_ctx);
     if (n_kv > 0) load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t);
   }
-  for (int i = tid; i < rows * p.k / 16; i += int(blockDim.x)) cp_async16(w_s + 16 * i, p.wq + int64_t(row0) * p.k + 16 * i, 16);
+  for (int i = tid; i < rows * p.k / 16; i += int(blockDim.x))
+    cp_async16(w_s + 16 * i, p.wq + int64_t(row0) * p.k + 16 * i, 16);
   const int s_bytes = rows * p.k / 16;
   const char* s_src = reinterpret_cast<const char*>(p.ws + int64_t(row0) * (p.k / kW8Group));
   for (int i = tid; 16 * i < s_bytes; i += int(blockDim.x))
@@ -783,8 +784,8 @@ __global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
       v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
     }
     if (blockIdx.x == 0) store_out4(a.out + int64_t(h0 + h) * kHd, d, kHd, v, 1.0f);
-    xs[x_unit<true>(e / 16, (e % 16) / 4)] = make_float4(__half2float(__float2half_rn(v.x)), __half2float(__float2half_rn(v.y)),
-                                                        __half2float(__float2half_rn(v.z)), __half2float(__float2half_rn(v.w)));
+    xs[x_unit<true>(e / 16, (e % 16) / 4)] =
+        make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
   }
   cp_async_wait<0>();
   __syncthreads();

@@ -207,6 +207,9 @@ __device__ __forceinline__ int x_unit(int c, int j) {
   }
 }
 
+// What storing v as fp16 makes of it.
+__device__ __forceinline__ float round_half(float v) { return __half2float(__float2half_rn(v)); }
+
 // 16-byte read-only load (weights).
 __device__ __forceinline__ uint4 load_ro16(const void* p) { return __ldg(static_cast<const uint4*>(p)); }
 

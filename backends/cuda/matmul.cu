@@ -182,8 +182,6 @@ struct GemvArgs {
   int32_t* argmax_advance = nullptr;  // (2) or null: see ArgmaxDesc
 };
 
-__device__ __forceinline__ float round_half(float v) { return __half2float(__float2half_rn(v)); }
-
 // Writes x (or the rmsnorm prologue's fp16 values) as fp32 into xs, zero past k. Block-wide. Every
 // global load a thread makes is issued before the first value is stored, so staging costs one
 // trip to memory (the prologue's block sum adds a barrier).

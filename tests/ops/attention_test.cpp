@@ -1,10 +1,10 @@
 // Conformance of attention_prefill (causal, pos0 = 0 and > 0, pos0 from backend memory, q inside
 // wider rows) and attention_decode (n_kv read from backend memory, with and without the output
-// projection fused in), over grouped-query head layouts. The decode cases walk n_kv across the split boundaries of the CUDA kernels (one split up
-// to two chunks, 512 rows at head_dim 64 and 256 rows at 128, then splits of whole half chunks, or
-// of whole chunks past 16 half chunks, at most 64 splits),
-// through one descriptor so that a combine which leaves its arrival counter set fails the next
-// call, and cover the generic kernel (other head_dims, q and caches without 16-byte alignment).
+// projection fused in), over grouped-query head layouts. The decode cases walk n_kv across the
+// split boundaries of the CUDA kernels (one split up to two chunks, 512 rows at head_dim 64 and 256
+// rows at 128, then splits of whole half chunks, or of whole chunks past 16 half chunks, at most 64
+// splits), through one descriptor so that a combine which leaves its arrival counter set fails the
+// next call, and cover the generic kernel (other head_dims, q and caches without 16-byte alignment).
 //
 // Tolerance of an output of query head h in row i: kHalfUlp·|want| + kHalfSubnormal (fp16 output
 // rounding) + (2^-11 + 2·e_w)·max|v|, where

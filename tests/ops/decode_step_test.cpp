@@ -10,8 +10,8 @@
 //     matmul_m1 accumulate (down)] -> rmsnorm -> matmul_m1 logits -> argmax, with every step's
 //     token fed back through backend memory and nothing downloaded until the last step;
 //   - Fused: the same with the rmsnorm prologues, the rope + KV append epilogue of the QKV projection,
-//     the output projection in attention_decode and the SwiGLU epilogue, each step issued inside run_step (recorded once and replayed where the
-//     backend captures steps).
+//     the output projection in attention_decode and the SwiGLU epilogue, each step issued inside
+//     run_step (recorded once and replayed where the backend captures steps).
 #include <algorithm>
 #include <cmath>
 
