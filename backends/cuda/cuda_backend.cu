@@ -298,6 +298,9 @@ void CudaBackend::grow_workspace(DeviceMemory& ws, size_t bytes, const char* wha
   CUDA_REQUIRE(status == cudaStreamCaptureStatusNone, what,
                "its workspace would have to grow to " + std::to_string(bytes) +
                    " bytes while a step is being captured; run the op once before capturing");
+  // Recorded steps may hold the old buffer's address: forget them (each records again on its next
+  // call) before the buffer is freed.
+  if (!steps_.empty()) reset_steps();
   counter_->sub(ws.bytes());
   ws = DeviceMemory();  // cudaFree waits for the kernels that still use it
   ws = DeviceMemory(bytes);

@@ -133,6 +133,8 @@ class CudaBackend final : public Backend {
  private:
   // Makes `ws` hold at least `bytes` (contents not kept), counted in memory_info. Refuses
   // (BackendError) to grow while the stream is being captured: the decode path allocates nothing.
+  // Growing forgets the recorded steps, which may point into the old buffer (a short prompt's
+  // recording and the split-k partials of a longer one).
   void grow_workspace(DeviceMemory& ws, size_t bytes, const char* what);
   // Blocks of `kernel` (blockDim threads, smem dynamic bytes) that fit on one multiprocessor at once.
   int resident_blocks(const void* kernel, int threads, size_t smem);

@@ -521,6 +521,24 @@ TEST(CudaEndToEnd, SyntheticQwen25DecodeAcrossContextClassesMatchesCpu_cuda) {
   EXPECT_EQ(got, want);
 }
 
+// A short prompt's recording holds the address of the split-k workspace of its matmuls, which a
+// longer short prompt grows (reallocates): the recording must not run on the freed buffer. The
+// replay after the growth gives the logits, to the bit, of the same prompt run without recording.
+TEST(CudaEndToEnd, RecordedPromptAfterTheWorkspaceGrewMatchesDirect_cuda) {
+  if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
+  const std::string path = synth_file("qwen25");
+  Loaded rec = load(path, "cuda", 256, 64);
+  Loaded direct = load(path, "cuda", 256, 64, /*graphs=*/false);
+  const int V = rec.model->config().n_vocab;
+  const auto a = test_prompt(6, V), b = test_prompt(60, V);
+  for (int i = 0; i < 2; ++i) rec.model->prefill(a.data(), int(a.size()), 0);  // the second is recorded
+  rec.model->prefill(b.data(), int(b.size()), 0);                              // grows the workspace
+  rec.model->prefill(a.data(), int(a.size()), 0);
+  direct.model->prefill(a.data(), int(a.size()), 0);
+  EXPECT_EQ(last_logits(*rec.model), last_logits(*direct.model));
+  EXPECT_EQ(rec.model->argmax(), direct.model->argmax());
+}
+
 TEST(CudaEndToEnd, SmolLM2LogitsAndGreedyTokensMatchCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   if (!fs::exists(smollm2_path())) {
