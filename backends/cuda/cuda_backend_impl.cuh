@@ -194,9 +194,8 @@ class CudaBackend final : public Backend {
   void wait_host_areas();       // waits for areas_done_ when it is pending
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
-  // Prefill matmuls split over k (the short-prompt and the tiled kernel): (kSmallCounters) uint32
-  // arrival counters, zero between launches, then the blocks' partial sums. Grown on demand
-  // (prefill only).
+  // Short-prompt matmul split over k: (kSmallCounters) uint32 arrival counters, zero between
+  // launches, then the blocks' partial sums. Grown on demand (prefill only).
   DeviceMemory small_partials_;
   bool small_prepared_ = false;  // matmul_prefill_small may use small_smem_cap() bytes
 

@@ -93,11 +93,8 @@
 //                    interleaves gate and up rows in the tile's columns, so each thread holds the gate
 //                    and up value of the same output. The rmsnorm prologue runs first, as the rmsnorm
 //                    kernel into a workspace. When the output tiles alone would leave SMs idle (up to
-//                    a few hundred rows against n = 896), k is split over blockIdx.z; the splits'
-//                    sums go to a workspace (the short-prompt kernel's) and the last block of a tile
-//                    to arrive adds them up in split order, so that the result does not depend on
-//                    timing (fp32 atomic adds made a long prompt's logits, and a near-tie's greedy
-//                    token, vary from run to run).
+//                    a few hundred rows against n = 896), k is split over blockIdx.z and the partial
+//                    sums are added into y atomically (y zeroed first unless accumulating).
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend_impl.cuh"
@@ -615,10 +612,7 @@ struct GemmArgs {
   bool accumulate = false;
   bool x_vec = false;              // every x row starts 16-byte aligned (k % 8 == 0, aligned base)
   int k_tiles_per_split = 0;       // split-K: blockIdx.z covers this many k tiles (0: all of k)
-  float* partials = nullptr;       // split-K: each block's sums, (tiles, gridDim.z, kGemmFrags, threads)
-  unsigned* counters = nullptr;    // split-K: an arrival counter per output tile, zero between launches
 };
-constexpr int kGemmFrags = 8;      // float4 fragments of the sums a thread holds (2 × 4 mma tiles)
 
 // Widens 4 int8 values (signed bytes of w) to 4 exact fp16 values (2 half2 words): each byte with
 // its top bit flipped becomes the low mantissa byte of fp16 1024, and 1024 + 128 is subtracted.
@@ -771,33 +765,6 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
     __syncthreads();
   }
 
-  // Split-K: every block leaves its sums in the workspace, and the last block of the tile to arrive
-  // adds them up in split order (the same order whichever block is last, so the result does not
-  // depend on timing) and writes the outputs.
-  if (a.k_tiles_per_split > 0) {
-    const int tile = int(blockIdx.y) * int(gridDim.x) + int(blockIdx.x);
-    float4* parts = reinterpret_cast<float4*>(a.partials) + int64_t(tile) * gridDim.z * kGemmFrags * kGemmThreads + tid;
-#pragma unroll
-    for (int f = 0; f < kGemmFrags; ++f) {
-      const float* v = acc[f / 4][f % 4];
-      __stcg(parts + (int64_t(blockIdx.z) * kGemmFrags + f) * kGemmThreads, make_float4(v[0], v[1], v[2], v[3]));
-    }
-    if (!last_block_to_arrive(a.counters + tile, gridDim.z)) return;
-    if (tid == 0) a.counters[tile] = 0u;  // every split has arrived: ready for the next launch
-#pragma unroll
-    for (int f = 0; f < kGemmFrags; ++f) {
-      float* v = acc[f / 4][f % 4];
-      v[0] = v[1] = v[2] = v[3] = 0.f;
-      for (int z = 0; z < int(gridDim.z); ++z) {
-        const float4 p = __ldcg(parts + (int64_t(z) * kGemmFrags + f) * kGemmThreads);
-        v[0] += p.x;
-        v[1] += p.y;
-        v[2] += p.z;
-        v[3] += p.w;
-      }
-    }
-  }
-
   // Epilogue. Fragment element e of tile (mt, nt): row g (+8 for e >= 2), tile column 2t + (e & 1).
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
@@ -819,9 +786,15 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
           for (int e = 0; e < 2; ++e) {
             const int col = col0 + c + e;
             if (col >= a.n) continue;
-            const float v = acc[mt][nt][2 * h + e] + (a.bias ? a.bias[col] : 0.f);
+            // With split-K the first split adds the bias and every split adds into y (zeroed by
+            // the host first unless accumulating).
+            const float v = acc[mt][nt][2 * h + e] + (a.bias && blockIdx.z == 0 ? a.bias[col] : 0.f);
             float* y = a.y + int64_t(row) * a.n + col;
-            *y = a.accumulate ? *y + v : v;
+            if (a.k_tiles_per_split > 0) {
+              atomicAdd(y, v);
+            } else {
+              *y = a.accumulate ? *y + v : v;
+            }
           }
         }
       }
@@ -1754,19 +1727,13 @@ void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w
   const int k_tiles = w8 ? a.k / kTileK : int(ceil_div(a.k_pad, kTileK));
   const int64_t tiles = int64_t(grid.x) * grid.y;
   const int64_t want = ceil_div(int64_t(2) * sm_count_, tiles);
-  if (!swiglu && want > 1 && k_tiles >= 8 && tiles <= kSmallCounters) {
+  if (!swiglu && want > 1 && k_tiles >= 8) {
     const int splits = int(std::min<int64_t>(want, k_tiles / 4));
     a.k_tiles_per_split = int(ceil_div(k_tiles, splits));
     grid.z = unsigned(ceil_div(k_tiles, a.k_tiles_per_split));  // every split has at least one tile
-    // The workspace of the short-prompt kernel's split k: its counters, then the partial sums.
-    const size_t counters = kSmallCounters * sizeof(unsigned);
-    const size_t bytes = counters + size_t(tiles) * grid.z * kGemmFrags * kGemmThreads * sizeof(float4);
-    if (small_partials_.bytes() < bytes) {
-      grow_workspace(small_partials_, bytes, "matmul (split-k partial sums)");
-      CUDA_CHECK(cudaMemsetAsync(small_partials_.get(), 0, counters, stream_.get()));
+    if (!a.accumulate) {
+      CUDA_CHECK(cudaMemsetAsync(a.y, 0, size_t(a.m) * size_t(a.n) * sizeof(float), stream_.get()));
     }
-    a.counters = small_partials_.as<unsigned>();
-    a.partials = reinterpret_cast<float*>(small_partials_.as<char>() + counters);
   }
   launch(gemm_kernel(w8, swiglu), grid, dim3(kGemmThreads), 0, a);
 }
