@@ -295,6 +295,16 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
+// A load from shared memory of a block of the cluster (an address from cluster_address).
+__device__ __forceinline__ float4 ld_cluster_f4(uint32_t a) {
+  float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a) : "memory");
+#endif
+  return v;
+}
+
 // Stores into another block's shared memory that count their bytes on its mbarrier `bar`.
 __device__ __forceinline__ void push_f4(uint32_t dst, float4 v, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

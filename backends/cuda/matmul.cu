@@ -93,8 +93,12 @@
 //                    interleaves gate and up rows in the tile's columns, so each thread holds the gate
 //                    and up value of the same output. The rmsnorm prologue runs first, as the rmsnorm
 //                    kernel into a workspace. When the output tiles alone would leave SMs idle (up to
-//                    a few hundred rows against n = 896), k is split over blockIdx.z and the partial
-//                    sums are added into y atomically (y zeroed first unless accumulating).
+//                    a few hundred rows against n = 896) and the GPU has thread-block clusters
+//                    (sm_90), k is split over the blocks of one cluster: each leaves its 64x64 sums
+//                    in its shared memory, and after a cluster barrier block s adds up its share of
+//                    the tile's rows over every block's sums (distributed shared memory) in split
+//                    order, so the result does not depend on timing and nothing goes through L2.
+//                    Without clusters k is not split.
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend_impl.cuh"
@@ -598,6 +602,7 @@ size_t gemv_smem(const CudaMatrix& w) {
 constexpr int kTileM = 64, kTileN = 64, kTileK = 32;
 constexpr int kTileLd = kTileK + 8;  // halves per shared row: 80 bytes, so ldmatrix rows hit distinct banks
 constexpr int kGemmThreads = 128;
+constexpr int kMaxGemmSplits = 8;  // split k: blocks of one cluster (the portable maximum)
 
 struct GemmArgs {
   const __half* x = nullptr;       // (m, k)
@@ -611,7 +616,8 @@ struct GemmArgs {
   int n_out = 0;                   // output columns: n, or n / 2 with SwiGLU
   bool accumulate = false;
   bool x_vec = false;              // every x row starts 16-byte aligned (k % 8 == 0, aligned base)
-  int k_tiles_per_split = 0;       // split-K: blockIdx.z covers this many k tiles (0: all of k)
+  int splits = 1;                  // split k: blocks of one cluster (along x) that share a tile
+  int k_tiles_per_split = 0;       // split k: k tiles of one split (0: all of k)
 };
 
 // Widens 4 int8 values (signed bytes of w) to 4 exact fp16 values (2 half2 words): each byte with
@@ -631,6 +637,85 @@ __device__ __forceinline__ uint2 i8x4_to_h4(uint32_t w) {
   return out;
 }
 
+constexpr int kSumsLd = kTileN + 4;  // floats per row of a split's sums in shared memory
+
+// Split k: a block's sums of the tile, rows 0..31 in the x buffers, rows 32..63 in the weight
+// buffers (free after the product).
+using SplitSums = float[kTileM / 2][kSumsLd];
+static_assert(sizeof(SplitSums) <= sizeof(__half) * 2 * kTileM * kTileLd, "a half tile of sums fits a double buffer");
+
+// Split k: adds the cluster's sums of the tile (every block's sums, in split order) for this
+// block's share of its rows, with the bias, into y (onto y when accumulating). Cluster-wide: every
+// block of the cluster calls it with its sums in place. A thread takes up to kSplitUnits 4-value
+// units; their y and bias values are requested while it waits at the cluster barrier, the splits' sums
+// of a unit kSplitLoads at a time after it.
+constexpr int kSplitUnits = 4;  // a tile's 1,024 units over at least 2 splits of 128 threads
+constexpr int kSplitLoads = 4;  // splits' sums of a unit requested at once
+__device__ void add_splits(const GemmArgs& a, uint32_t top, uint32_t bottom, int split, int row0, int col0) {
+  constexpr int kUnits = kTileM * kTileN / 4;  // float4 units of a tile
+  cluster_arrive();  // this block's sums are written
+  const int u0 = split * kUnits / a.splits, u1 = (split + 1) * kUnits / a.splits;
+  const bool vec = a.n % 4 == 0 && aligned_to(a.y, 16);
+  float4 base[kSplitUnits];  // y (accumulating) + bias
+#pragma unroll
+  for (int j = 0; j < kSplitUnits; ++j) {
+    const int u = u0 + int(threadIdx.x) + j * kGemmThreads;
+    const int row = row0 + u / (kTileN / 4), col = col0 + (u % (kTileN / 4)) * 4;
+    float t[4] = {0.f, 0.f, 0.f, 0.f};
+    if (u < u1 && row < a.m && col < a.n) {
+      const float* y = a.y + int64_t(row) * a.n + col;
+      if (vec && a.accumulate) {
+        const float4 v = *reinterpret_cast<const float4*>(y);
+        t[0] = v.x, t[1] = v.y, t[2] = v.z, t[3] = v.w;
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        if (col + e >= a.n) break;
+        if (a.accumulate && !vec) t[e] = y[e];
+        if (a.bias) t[e] += a.bias[col + e];
+      }
+    }
+    base[j] = make_float4(t[0], t[1], t[2], t[3]);
+  }
+  cluster_wait();  // every split's sums are written
+#pragma unroll
+  for (int j = 0; j < kSplitUnits; ++j) {
+    const int u = u0 + int(threadIdx.x) + j * kGemmThreads;
+    const int r = u / (kTileN / 4), c = (u % (kTileN / 4)) * 4;
+    const int row = row0 + r, col = col0 + c;
+    if (u >= u1 || row >= a.m || col >= a.n) continue;
+    const uint32_t at = (r < kTileM / 2 ? top : bottom) + uint32_t(((r % (kTileM / 2)) * kSumsLd + c) * sizeof(float));
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int s0 = 0; s0 < kMaxGemmSplits; s0 += kSplitLoads) {
+      if (s0 >= a.splits) break;
+      float4 part[kSplitLoads];
+#pragma unroll
+      for (int s = 0; s < kSplitLoads; ++s)
+        if (s0 + s < a.splits) part[s] = ld_cluster_f4(cluster_address(at, unsigned(s0 + s)));
+#pragma unroll
+      for (int s = 0; s < kSplitLoads; ++s) {
+        if (s0 + s == 0) {
+          v = part[0];
+        } else if (s0 + s < a.splits) {
+          v = make_float4(v.x + part[s].x, v.y + part[s].y, v.z + part[s].z, v.w + part[s].w);
+        }
+      }
+    }
+    // The splits' sum (in split order) plus y + bias.
+    const float4 b = base[j];
+    const float out[4] = {v.x + b.x, v.y + b.y, v.z + b.z, v.w + b.w};
+    float* y = a.y + int64_t(row) * a.n + col;
+    if (vec) {
+      *reinterpret_cast<float4*>(y) = make_float4(out[0], out[1], out[2], out[3]);
+    } else {
+      for (int e = 0; e < 4 && col + e < a.n; ++e) y[e] = out[e];
+    }
+  }
+  cluster_arrive();
+  cluster_wait();  // no block leaves while another reads its sums
+}
+
 template <bool kW8, bool kSwiGLU>
 __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a) {
   __shared__ __align__(16) __half As[2][kTileM][kTileLd];  // x tile (rows, k)
@@ -640,10 +725,13 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int wm = warp >> 1, wn = warp & 1;  // the warp's 32x32 quarter of the tile
   const int row0 = blockIdx.y * kTileM;
-  const int col0 = blockIdx.x * (kSwiGLU ? kTileN / 2 : kTileN);  // first output column
+  // Split k (a.splits > 1, never with SwiGLU): the blocks of a cluster, along x, share one tile,
+  // whose column tile is then blockIdx.z.
+  const int splits = kSwiGLU ? 1 : a.splits;
+  const int split = splits > 1 ? int(blockIdx.x) : 0;
+  const int col0 = int(splits > 1 ? blockIdx.z : blockIdx.x) * (kSwiGLU ? kTileN / 2 : kTileN);  // first output column
   const int k_tiles = kW8 ? a.k / kTileK : (a.k_pad + kTileK - 1) / kTileK;
-  // Split-K: this block's share of k (gridDim.z > 1 only without SwiGLU; partial sums are added).
-  const int kt0 = a.k_tiles_per_split > 0 ? int(blockIdx.z) * a.k_tiles_per_split : 0;
+  const int kt0 = a.k_tiles_per_split > 0 ? split * a.k_tiles_per_split : 0;
   const int kt1 = a.k_tiles_per_split > 0 ? min(k_tiles, kt0 + a.k_tiles_per_split) : k_tiles;
 
   // Tile column c computes weight row weight_row(c). SwiGLU: even columns gate rows, odd up rows.
@@ -766,6 +854,25 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
   }
 
   // Epilogue. Fragment element e of tile (mt, nt): row g (+8 for e >= 2), tile column 2t + (e & 1).
+  if (!kSwiGLU && splits > 1) {
+    // The tile buffers are free: the loop's last barrier follows its last reads. Warp row wm
+    // writes half wm.
+    SplitSums& sums = *reinterpret_cast<SplitSums*>(wm == 0 ? &As[0][0][0] : &Bs[0][0][0]);
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const int c = wn * 32 + nt * 8 + 2 * (lane & 3);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = mt * 16 + (lane >> 2) + h * 8;
+          *reinterpret_cast<float2*>(&sums[r][c]) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+        }
+      }
+    }
+    add_splits(a, smem_address(&As[0][0][0]), smem_address(&Bs[0][0][0]), split, row0, col0);
+    return;
+  }
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -786,15 +893,9 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
           for (int e = 0; e < 2; ++e) {
             const int col = col0 + c + e;
             if (col >= a.n) continue;
-            // With split-K the first split adds the bias and every split adds into y (zeroed by
-            // the host first unless accumulating).
-            const float v = acc[mt][nt][2 * h + e] + (a.bias && blockIdx.z == 0 ? a.bias[col] : 0.f);
+            const float v = acc[mt][nt][2 * h + e] + (a.bias ? a.bias[col] : 0.f);
             float* y = a.y + int64_t(row) * a.n + col;
-            if (a.k_tiles_per_split > 0) {
-              atomicAdd(y, v);
-            } else {
-              *y = a.accumulate ? *y + v : v;
-            }
+            *y = a.accumulate ? *y + v : v;
           }
         }
       }
@@ -1722,20 +1823,27 @@ void CudaBackend::matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w
   const int cols_per_tile = swiglu ? kTileN / 2 : kTileN;
   dim3 grid(unsigned(ceil_div(a.n_out, cols_per_tile)), unsigned(ceil_div(a.m, kTileM)));
   // A shorter prompt gives few output tiles (N = 896 at m <= 128: 28 blocks for 132 SMs): split k so
-  // that about two blocks per SM run, each covering at least 4 k tiles. SwiGLU needs the whole sum
+  // that about two blocks per SM run, each covering at least 4 k tiles, the splits of a tile one
+  // cluster (at most kMaxGemmSplits blocks, the portable cluster size). SwiGLU needs the whole sum
   // before its nonlinearity and is never split (its n is large anyway).
   const int k_tiles = w8 ? a.k / kTileK : int(ceil_div(a.k_pad, kTileK));
   const int64_t tiles = int64_t(grid.x) * grid.y;
   const int64_t want = ceil_div(int64_t(2) * sm_count_, tiles);
-  if (!swiglu && want > 1 && k_tiles >= 8) {
-    const int splits = int(std::min<int64_t>(want, k_tiles / 4));
+  const GemmKernel kernel = gemm_kernel(w8, swiglu);
+  if (!swiglu && cc_major_ >= 9 && want > 1 && k_tiles >= 8) {
+    const int splits = int(std::min<int64_t>({want, int64_t(k_tiles / 4), int64_t(kMaxGemmSplits)}));
     a.k_tiles_per_split = int(ceil_div(k_tiles, splits));
-    grid.z = unsigned(ceil_div(k_tiles, a.k_tiles_per_split));  // every split has at least one tile
-    if (!a.accumulate) {
-      CUDA_CHECK(cudaMemsetAsync(a.y, 0, size_t(a.m) * size_t(a.n) * sizeof(float), stream_.get()));
+    a.splits = int(ceil_div(k_tiles, a.k_tiles_per_split));  // every split has at least one tile
+    const dim3 split_grid(unsigned(a.splits), grid.y, grid.x);  // a cluster: the splits of one tile
+    if (active_clusters(reinterpret_cast<const void*>(kernel), split_grid, dim3(kGemmThreads), 0,
+                        unsigned(a.splits)) > 0) {
+      launch_clusters(kernel, split_grid, dim3(kGemmThreads), 0, unsigned(a.splits), a);
+      return;
     }
+    a.splits = 1;
+    a.k_tiles_per_split = 0;
   }
-  launch(gemm_kernel(w8, swiglu), grid, dim3(kGemmThreads), 0, a);
+  launch(kernel, grid, dim3(kGemmThreads), 0, a);
 }
 
 void CudaBackend::matmul_m1(const MatmulDesc& d) {

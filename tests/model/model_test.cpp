@@ -539,6 +539,21 @@ TEST(CudaEndToEnd, RecordedPromptAfterTheWorkspaceGrewMatchesDirect_cuda) {
   EXPECT_EQ(rec.model->argmax(), direct.model->argmax());
 }
 
+// A prompt of more than 64 rows runs the tiled matmul, which splits k for its few output tiles: the
+// same 200-token prompt, run again, gives the same logits to the bit, whatever order the splits
+// finish in.
+TEST(CudaEndToEnd, LongPromptIsRunToRunIdentical_cuda) {
+  if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
+  Loaded m = load(synth_file("qwen25"), "cuda", 256, 256);
+  const auto toks = test_prompt(200, m.model->config().n_vocab);
+  m.model->prefill(toks.data(), int(toks.size()), 0);
+  const std::vector<float> first = last_logits(*m.model);
+  for (int run = 2; run <= 4; ++run) {
+    m.model->prefill(toks.data(), int(toks.size()), 0);
+    EXPECT_EQ(last_logits(*m.model), first) << "run " << run;
+  }
+}
+
 TEST(CudaEndToEnd, SmolLM2LogitsAndGreedyTokensMatchCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   if (!fs::exists(smollm2_path())) {
