@@ -3,9 +3,12 @@
 //
 //   embedding_kernel  one block per id (the id is read from backend memory, so a captured decode
 //                     step looks up whatever token the step uploaded, or, for a prompt's first
-//                     kernel, taken from the kernel's arguments: no upload ahead of it); threads walk
-//                     the row, and thread 0 writes the row's position when asked. An id outside the
-//                     table (excluded by the op's contract) gives a zero row.
+//                     kernel, taken from the kernel's arguments: no upload ahead of it); thread 0
+//                     writes the row's position when asked. A thread reads the row in 16-byte
+//                     vectors (16 int8 values or 8 fp16), kEmbBatch of them requested before any
+//                     value is written, so that a row of up to 4,096 W8 or 2,048 F16 values (256
+//                     threads) takes one trip to memory after the id's. An id outside the table
+//                     (excluded by the op's contract) gives a zero row.
 #include <algorithm>
 
 #include "backends/cuda/cuda_backend_impl.cuh"
@@ -28,6 +31,32 @@ struct EmbeddingArgs {
   int32_t pos0 = 0;
 };
 
+constexpr int kEmbBatch = 2;  // 16-byte vectors per thread requested at once
+
+// Writes the `count` values of one vector of the row (16 int8 times `scale`, or 8 fp16) from out[0].
+__device__ __forceinline__ void write_vector(uint4 v, bool w8, float scale, float* out, int count) {
+  float vals[16];
+  if (w8) {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) vals[i] = float(int8_t(words[i / 4] >> (8 * (i % 4)))) * scale;
+  } else {
+    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 f = half2_bits_to_float2(words[i]);
+      vals[2 * i] = f.x;
+      vals[2 * i + 1] = f.y;
+    }
+  }
+  const int width = w8 ? 16 : 8;
+  if (count == width && aligned_to(out, 16)) {
+    for (int i = 0; i < width; i += 4) *reinterpret_cast<float4*>(out + i) = make_float4(vals[i], vals[i + 1], vals[i + 2], vals[i + 3]);
+  } else {
+    for (int i = 0; i < count; ++i) out[i] = vals[i];
+  }
+}
+
 __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const EmbeddingArgs a) {
   grid_dependency_wait();
   allow_dependent_launch();
@@ -35,17 +64,29 @@ __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const EmbeddingA
   if (a.positions && threadIdx.x == 0) a.positions[blockIdx.x] = a.pos0 + int32_t(blockIdx.x);
   float* o = a.out + int64_t(blockIdx.x) * a.n_embd;
   const bool ok = id >= 0 && id < a.n_vocab;
-  for (int e = threadIdx.x; e < a.n_embd; e += blockDim.x) {
-    float v = 0.f;
-    if (ok) {
-      if (a.q) {
-        v = float(a.q[int64_t(id) * a.n_embd + e]) *
-            __half2float(a.scales[int64_t(id) * (a.n_embd / kW8Group) + e / kW8Group]);
-      } else {
-        v = __half2float(a.w16[int64_t(id) * a.k_pad + e]);
-      }
+  const bool w8 = a.q != nullptr;
+  const int width = w8 ? 16 : 8;  // values per vector
+  const int vecs = (a.n_embd + width - 1) / width;
+  // W8 rows are k bytes (a multiple of 32) and F16 rows k_pad values (a multiple of 8): every
+  // vector is 16-byte aligned and inside its row (F16 padding is zeros).
+  const uint4* row = w8 ? reinterpret_cast<const uint4*>(a.q + int64_t(ok ? id : 0) * a.n_embd)
+                        : reinterpret_cast<const uint4*>(a.w16 + int64_t(ok ? id : 0) * a.k_pad);
+  const __half* scales = w8 ? a.scales + int64_t(ok ? id : 0) * (a.n_embd / kW8Group) : nullptr;
+  for (int base = 0; base < vecs; base += kEmbBatch * kEmbThreads) {
+    uint4 v[kEmbBatch];
+    float s[kEmbBatch];
+#pragma unroll
+    for (int i = 0; i < kEmbBatch; ++i) {
+      const int c = base + i * kEmbThreads + int(threadIdx.x);
+      const bool in = ok && c < vecs;
+      v[i] = in ? __ldg(row + c) : make_uint4(0u, 0u, 0u, 0u);
+      s[i] = in && w8 ? __half2float(__ldg(scales + c / 2)) : 0.f;  // 16 values: half a W8 group
     }
-    o[e] = v;
+#pragma unroll
+    for (int i = 0; i < kEmbBatch; ++i) {
+      const int c = base + i * kEmbThreads + int(threadIdx.x);
+      if (c < vecs) write_vector(v[i], w8, s[i], o + c * width, min(width, a.n_embd - c * width));
+    }
   }
 }
 

@@ -86,5 +86,13 @@ TEST_P(EmbeddingTest, F16) {
   check(random_f16(rng, 5, 3, 1.0f), {4, 2});  // a row narrower than any vector width
 }
 
+// Rows wider than one batch of the CUDA kernel's reads (4,096 W8 or 2,048 F16 values), one ending
+// in a part-filled vector, with output rows that are not 16-byte aligned.
+TEST_P(EmbeddingTest, WideRows) {
+  Rng rng(604);
+  check(random_w8(rng, 3, 8224, 0.001f, 0.05f), {2, 0, 2});
+  check(random_f16(rng, 4, 4098, 1.0f), {3, 1, 0});
+}
+
 }  // namespace
 }  // namespace tllm::test
