@@ -305,6 +305,14 @@ __device__ __forceinline__ float4 ld_cluster_f4(uint32_t a) {
   return v;
 }
 
+// A store into shared memory of a block of the cluster (an address from cluster_address).
+__device__ __forceinline__ void st_cluster_u4(uint32_t a, uint4 v) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("st.shared::cluster.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(a), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
+               : "memory");
+#endif
+}
+
 // Stores into another block's shared memory that count their bytes on its mbarrier `bar`.
 __device__ __forceinline__ void push_f4(uint32_t dst, float4 v, uint32_t bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

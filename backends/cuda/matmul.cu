@@ -63,8 +63,12 @@
 //                    across threads in fp64, see SquareSums):
 //                    where they fit (up to 32 rows of x at k = 896), the block copies the fp32 rows
 //                    and the norm weights into shared memory in one trip with every request in
-//                    flight, then sums and converts from there; otherwise it reads them from global
-//                    memory in batches. Four warps ("slices") share a
+//                    flight, then sums and converts from there; on sm_90 the blocks of a
+//                    thread-block cluster of 4 (2 up to 16 rows of x) share that work, each
+//                    converting its share of the rows into every block's shared memory
+//                    (distributed shared memory), so a block copies and converts a quarter of them
+//                    (TTFT of the 30-token chat prompt on an H200: 1.041–1.050 → 0.946–0.950 ms).
+//                    Otherwise it reads them from global memory in batches. Four warps ("slices") share a
 //                    tile's k and add their sums in shared memory in slice order. A block has 8 warps
 //                    (2 tiles, two blocks per SM), or 12 (3 tile pairs, one block per SM) for SwiGLU
 //                    up to 32 rows of x, whose 64 registers of weights and 32 of sums do not fit
@@ -76,8 +80,9 @@
 //                    16 warps (4 tiles, one block per SM): half as many blocks stage x and meet at
 //                    the counters (measured on an H200, TTFT of the 30-token chat prompt 1.046–1.053
 //                    → 1.028–1.031 ms; 16 warps for the projections without split k lost, 1.050–1.053
-//                    → 1.073–1.076). At m = 30 on an H200 (132 SMs): qkv_proj 36 blocks, attn_out
-//                    28, ffn_gate_up 102, ffn_down 70, all resident at once.
+//                    → 1.073–1.076). At m = 30 on an H200 (132 SMs): qkv_proj 36 blocks (9 clusters
+//                    of 4), attn_out 28, ffn_gate_up 104 (26 clusters of 4, two blocks without
+//                    tiles), ffn_down 70, each launch resident at once.
 //                    The QKV projection's rope epilogue (rotation, KV append) runs in the kernel
 //                    when k is not split and each rotation pair falls into one block: Neox pairs
 //                    (j, j + head_dim/2) are 2 tiles apart at head_dim 64, so the launch takes a
@@ -918,6 +923,10 @@ constexpr int kSmallStageBatch = 2;  // rmsnorm prologue: 8-value chunks per thr
 constexpr int kSmallCounters = 4096;  // split-k: arrival counters, one per row block
 constexpr size_t kSmallSmemCap = 104 * 1024;  // staged x: two blocks still fit a 228 KB multiprocessor
 constexpr size_t kSmallStaticSmem = 8 * 1024;  // bound on the kernel's static shared memory (W8 scales)
+// Blocks of a thread-block cluster that share the rmsnorm prologue's rows (small_stage_norm_rows).
+// On an H200, TTFT of the 30-token chat prompt: 1.041–1.050 ms with none, 0.974–0.983 with 2,
+// 0.946–0.950 with 4 (runs of one token, interleaved).
+constexpr int kSmallNormCluster = 4;
 
 // Windows (32 values of k) of weights a warp holds in registers at once: 32 registers per weight
 // tile (W8: 2 rows x 8 bytes per window; F16: 2 rows x 16 bytes), halved for SwiGLU at 64 rows of
@@ -965,6 +974,7 @@ struct SmallArgs {
   bool x_vec = false;              // x rows in 16-byte copies (k % 8 == 0, aligned base)
   bool norm_vec = false;           // norm_x and norm_w in 16-byte loads (k % 8 == 0, aligned bases)
   int raw_offset = 0;              // prologue: bytes from the staged x to its fp32 rows in shared memory, or 0
+  int cluster = 1;                 // prologue in shared memory: blocks of a cluster sharing its rows (1, 2, 4)
   RopeAppendArgs rope;             // rope epilogue (no split k; Neox pairs need head_dim % 32 == 0)
   // Split k (splits > 1): each block's sums, (row blocks, splits, warps / slices tiles, kA, nt,
   // 32 lanes, 4), kA = 2 with SwiGLU, and one arrival counter per row block, zero between launches.
@@ -1056,6 +1066,93 @@ __device__ __forceinline__ void small_finish_rms(const SmallArgs& a, double ss, 
   __syncthreads();
 }
 
+// The rmsnorm prologue with its rows in shared memory (a.raw_offset), for small_stage_x: the rows
+// (fp32, row stride k + 4 so that rows start 4 banks apart) and the norm weights are copied in one
+// trip, every request in flight at once, then summed and converted from there.
+//
+// In a thread-block cluster of a.cluster blocks (up to kSmallNormCluster; all need the same rows of x), block
+// `rank` copies, sums and converts only rows rank·R .. + R - 1, R = 8·kNT / a.cluster, and stores
+// each fp16 chunk both into its own xs and into the same place of every other block of the cluster
+// (distributed shared memory), so each block moves a 1 / a.cluster share of the rows from L2 and
+// spends that share of the prologue's instructions. The caller's cluster barrier makes the chunks
+// visible; the one that small_matmul arrives at on entry is waited for here, before the first store
+// into another block, so that every block of the cluster has started.
+//
+// The sum of squares of a row is taken by 256 / R consecutive threads (256 threads in all; 8 for a
+// block of its own), each thread's share in four fp32 running sums (SquareSums) of at most
+// k·R / 1024 values (28 at k = 896 and 32 rows), the threads' sums added in fp64 in a fixed order.
+template <int kNT, int kThreads>
+__device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw, __half* xs, float* inv_rms) {
+  constexpr int kRows = 8 * kNT;
+  const int tid = threadIdx.x;
+  const int nc = a.cluster, rank = nc > 1 ? int(blockIdx.x) % nc : 0;
+  const int own = kRows / nc, r0 = rank * own, r1 = min(r0 + own, a.m);  // rows [r0, r1) are the block's
+  const int units = a.k / 4;                                               // float4s of a row (k % 8 == 0)
+  const int stride = a.k + 4;
+  float* raw = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + a.raw_offset);
+  float* wts = raw + int64_t(kRows) * stride;
+
+  // The block's rows, kThreads / own threads per row, and the weights.
+  const int cpr = kThreads / own;
+  if (const int rr = r0 + tid / cpr; rr < r1) {  // one row per thread (kThreads % own == 0)
+    const float* src = a.norm_x + int64_t(rr) * a.k;
+    for (int u = tid % cpr; u < units; u += cpr) cp_async16(raw + rr * stride + 4 * u, src + 4 * u, 16);
+  }
+  for (int u = tid; u < units; u += kThreads) cp_async16(wts + 4 * u, a.norm_w + 4 * u, 16);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+
+  const int tpr = 256 / own;  // threads per row of the sum of squares: 4 to 32
+  const int r = r0 + tid / tpr, seg = tid % tpr;
+  if (tid < 256) {  // whole warps: a row's threads lie in one warp
+    SquareSums ss;
+    if (r < r1) {
+      const float4* xr = reinterpret_cast<const float4*>(raw + r * stride);
+      for (int u = seg; u < units; u += tpr) ss.add(xr[u]);
+    }
+    double t = ss.total();
+    for (int o = tpr / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+    if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(t / double(a.k) + double(a.norm_eps))) : 0.f;
+  }
+  __syncthreads();
+
+  // Chunk j of the block's (8 values) is window j / (4·own), row r0 + (j / 4) % own, values
+  // 8·(j % 4) .. + 7: xs chunk q = (window · kRows + row) · 4 + j % 4. A thread's chunks lie in one row.
+  const int row = r0 + (tid >> 2) % own;
+  const bool row_ok = row < a.m;
+  const int win_step = kThreads / (4 * own);
+  const int chunks = nw * own * 4;
+  const float inv = inv_rms[row];
+  const float* xr = raw + row * stride;
+  constexpr int kMaxPeers = kSmallNormCluster - 1;
+  uint32_t peer[kMaxPeers] = {};  // xs in the other blocks of the cluster
+  if (nc > 1) {
+    cluster_wait();
+#pragma unroll
+    for (int p = 0; p < kMaxPeers; ++p) peer[p] = cluster_address(smem_address(xs), unsigned((rank + 1 + p) % nc));
+  }
+  int w = tid / (4 * own);
+  for (int j = tid; j < chunks; j += kThreads, w += win_step) {
+    const int kk = 32 * (win_block + w) + 8 * (tid & 3);
+    uint4 h = make_uint4(0u, 0u, 0u, 0u);
+    if (row_ok && kk < a.k) {
+      const float4 x0 = *reinterpret_cast<const float4*>(xr + kk), x1 = *reinterpret_cast<const float4*>(xr + kk + 4);
+      const float4 w0 = *reinterpret_cast<const float4*>(wts + kk), w1 = *reinterpret_cast<const float4*>(wts + kk + 4);
+      h.x = float2_to_half2_bits(x0.x * inv * w0.x, x0.y * inv * w0.y);
+      h.y = float2_to_half2_bits(x0.z * inv * w0.z, x0.w * inv * w0.w);
+      h.z = float2_to_half2_bits(x1.x * inv * w1.x, x1.y * inv * w1.y);
+      h.w = float2_to_half2_bits(x1.z * inv * w1.z, x1.w * inv * w1.w);
+    }
+    const int q = (w * kRows + row) * 4 + (tid & 3);
+    *reinterpret_cast<uint4*>(xs + 8 * q) = h;
+#pragma unroll
+    for (int p = 0; p < kMaxPeers; ++p) {
+      if (p + 1 < nc) st_cluster_u4(peer[p] + 16u * unsigned(q), h);
+    }
+  }
+}
+
 // Stages the block's windows of x, or of the rmsnorm prologue's fp16 rows, in shared memory as
 // xs[window][row][32 values] (rows m .. 8·kNT - 1 and values past k are zero). Block-wide.
 //
@@ -1066,9 +1163,8 @@ __device__ __forceinline__ void small_finish_rms(const SmallArgs& a, double ss, 
 // The prologue, out = fp16(x / sqrt(mean(x²) + eps) · weight), needs whole rows: the sum of
 // squares of row r by the kTPR consecutive threads r·kTPR .. + kTPR - 1 (256 threads in all), each
 // thread's share in four fp32 running sums (SquareSums), the threads' sums added in fp64 in a fixed
-// order. With a.raw_offset the block copies its rows (fp32, row stride k + 4 so that rows start 4
-// banks apart) and the norm weights into shared memory in one trip, all requests in flight at once;
-// otherwise it reads them from global memory.
+// order. With a.raw_offset the rows go through shared memory (small_stage_norm_rows); otherwise the
+// block reads them from global memory.
 template <int kNT, int kThreads>
 __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half* xs) {
   constexpr int kRows = 8 * kNT;
@@ -1107,47 +1203,13 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
     return;
   }
 
+  if (a.raw_offset) {
+    small_stage_norm_rows<kNT, kThreads>(a, win_block, nw, xs, inv_rms);
+    return;
+  }
   const int r = tid / kTPR, seg = tid % kTPR;  // sum of squares: row r, segment seg
   const int units = a.k / 4;                   // float4s of a row (norm_vec: k % 8 == 0)
   SquareSums ss;
-  if (a.raw_offset) {
-    // Rows 0 .. m - 1 and the weights land in shared memory; every request is issued before any
-    // is waited for.
-    const int stride = a.k + 4;
-    float* raw = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + a.raw_offset);
-    float* wts = raw + int64_t(kRows) * stride;
-    const int warp = tid >> 5, lane = tid & 31;
-    for (int rr = warp; rr < a.m; rr += kThreads / 32) {
-      const float* src = a.norm_x + int64_t(rr) * a.k;
-      for (int u = lane; u < units; u += 32) cp_async16(raw + rr * stride + 4 * u, src + 4 * u, 16);
-    }
-    for (int u = tid; u < units; u += kThreads) cp_async16(wts + 4 * u, a.norm_w + 4 * u, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    if (r < a.m) {
-      const float4* xr = reinterpret_cast<const float4*>(raw + r * stride);
-      for (int u = seg; u < units; u += kTPR) ss.add(xr[u]);
-    }
-    small_finish_rms<kRows, kTPR>(a, ss.total(), r, seg, inv_rms);
-    const float inv = inv_rms[row];
-    const float* xr = raw + row * stride;
-    int kk = kk0;
-    for (int q = tid; q < chunks; q += kThreads, kk += kKStep) {
-      uint4 h = make_uint4(0u, 0u, 0u, 0u);
-      if (row_ok && kk < a.k) {
-        const float4 x0 = *reinterpret_cast<const float4*>(xr + kk), x1 = *reinterpret_cast<const float4*>(xr + kk + 4);
-        const float4 w0 = *reinterpret_cast<const float4*>(wts + kk), w1 = *reinterpret_cast<const float4*>(wts + kk + 4);
-        h.x = float2_to_half2_bits(x0.x * inv * w0.x, x0.y * inv * w0.y);
-        h.y = float2_to_half2_bits(x0.z * inv * w0.z, x0.w * inv * w0.w);
-        h.z = float2_to_half2_bits(x1.x * inv * w1.x, x1.y * inv * w1.y);
-        h.w = float2_to_half2_bits(x1.z * inv * w1.z, x1.w * inv * w1.w);
-      }
-      *reinterpret_cast<uint4*>(xs + 8 * q) = h;
-    }
-    return;
-  }
-
   if (r < a.m) {
     const float* xr = a.norm_x + int64_t(r) * a.k;
     if (a.norm_vec) {
@@ -1333,6 +1395,7 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
   // Weights and scales: constant, requested before the dependency wait. Streaming loads (read
   // once, evicted first): ptxas keeps these ahead of griddepcontrol.wait, whereas it may move the
   // wait above read-only (ld.global.nc, __ldg) loads, which would then start only after it.
+  if (a.cluster > 1) cluster_arrive();  // waited for before the first store into another block
   SmallWeights<kW8, kA, kMaxW> wt;
   const int col_lo = 16 * tile + g;  // output columns of rows g and g + 8
 #pragma unroll
@@ -1407,7 +1470,12 @@ __device__ __forceinline__ void small_matmul(const SmallArgs& a) {
       for (int i = 0; i < SmallWeights<kW8, kA, kMaxW>::kScaleRegs; ++i) scale_s[warp][p][i][lane] = wt.scale[p][i];
     }
   }
-  __syncthreads();
+  if (a.cluster > 1) {  // the other blocks' chunks of x have landed too
+    cluster_arrive();
+    cluster_wait();
+  } else {
+    __syncthreads();
+  }
 
   // acc[p][nt]: tile p's sums against x rows 8·nt .. 8·nt + 7 (mma fragment layout).
   float acc[kA][kNT][4] = {};
@@ -1803,9 +1871,22 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
     a.rope = rope;
     smem = std::max(smem, rope_vals);
   }
-  const dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
-  launch(small_kernel(w8, swiglu, d.norm_x != nullptr, fuse_rope, p.nt, p.warps == kSmallWideWarps), grid,
-         dim3(32 * p.warps), smem, a);
+  const SmallKernel kernel = small_kernel(w8, swiglu, d.norm_x != nullptr, fuse_rope, p.nt, p.warps == kSmallWideWarps);
+  const dim3 block(32 * p.warps);
+  dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
+  // The prologue's rows shared by the blocks of a cluster (small_stage_norm_rows): at least 8 rows
+  // of x a block.
+  unsigned cluster = a.raw_offset && cc_major_ >= 9 ? unsigned(std::min(kSmallNormCluster, p.nt)) : 1u;
+  if (cluster > 1) {
+    const dim3 clustered(unsigned(ceil_div(p.row_blocks, cluster) * cluster), grid.y);
+    if (active_clusters(reinterpret_cast<const void*>(kernel), clustered, block, smem, cluster) > 0) {
+      grid = clustered;
+    } else {
+      cluster = 1;
+    }
+  }
+  a.cluster = int(cluster);
+  launch_clusters(kernel, grid, block, smem, cluster, a);
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend && !fuse_rope) rope_epilogue(d);
   return true;
 }
