@@ -721,6 +721,22 @@ __device__ void add_splits(const GemmArgs& a, uint32_t top, uint32_t bottom, int
   cluster_wait();  // no block leaves while another reads its sums
 }
 
+// Calls f(mt, nt, h, r, c) for each pair of accumulator elements (2h, 2h + 1) of a warp's 32x32
+// fragments: row r (0 .. 31) of the warp's rows, and c, the first of the pair's two columns in the
+// block's tile (the warp's columns start at 32·wn).
+template <class F>
+__device__ __forceinline__ void gemm_fragment_pairs(int lane, int wn, F&& f) {
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+      const int c = wn * 32 + nt * 8 + 2 * (lane & 3);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) f(mt, nt, h, mt * 16 + (lane >> 2) + h * 8, c);
+    }
+  }
+}
+
 template <bool kW8, bool kSwiGLU>
 __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a) {
   __shared__ __align__(16) __half As[2][kTileM][kTileLd];  // x tile (rows, k)
@@ -863,49 +879,32 @@ __global__ void __launch_bounds__(kGemmThreads) matmul_prefill(const GemmArgs a)
     // The tile buffers are free: the loop's last barrier follows its last reads. Warp row wm
     // writes half wm.
     SplitSums& sums = *reinterpret_cast<SplitSums*>(wm == 0 ? &As[0][0][0] : &Bs[0][0][0]);
-#pragma unroll
-    for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const int c = wn * 32 + nt * 8 + 2 * (lane & 3);
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = mt * 16 + (lane >> 2) + h * 8;
-          *reinterpret_cast<float2*>(&sums[r][c]) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-        }
-      }
-    }
+    gemm_fragment_pairs(lane, wn, [&](int mt, int nt, int h, int r, int c) {
+      *reinterpret_cast<float2*>(&sums[r][c]) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
+    });
     add_splits(a, smem_address(&As[0][0][0]), smem_address(&Bs[0][0][0]), split, row0, col0);
     return;
   }
+  gemm_fragment_pairs(lane, wn, [&](int mt, int nt, int h, int r, int c) {
+    const int row = row0 + wm * 32 + r;
+    if (row >= a.m) return;
+    if constexpr (kSwiGLU) {
+      const int j = col0 + (c >> 1);
+      if (j >= a.n_out) return;
+      const float g = acc[mt][nt][2 * h] + (a.bias ? a.bias[j] : 0.f);
+      const float u = acc[mt][nt][2 * h + 1] + (a.bias ? a.bias[a.n_out + j] : 0.f);
+      a.out16[int64_t(row) * a.n_out + j] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+    } else {
 #pragma unroll
-  for (int mt = 0; mt < 2; ++mt) {
-#pragma unroll
-    for (int nt = 0; nt < 4; ++nt) {
-      const int c = wn * 32 + nt * 8 + 2 * (lane & 3);
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + wm * 32 + mt * 16 + (lane >> 2) + h * 8;
-        if (row >= a.m) continue;
-        if constexpr (kSwiGLU) {
-          const int j = col0 + (c >> 1);
-          if (j >= a.n_out) continue;
-          const float g = acc[mt][nt][2 * h] + (a.bias ? a.bias[j] : 0.f);
-          const float u = acc[mt][nt][2 * h + 1] + (a.bias ? a.bias[a.n_out + j] : 0.f);
-          a.out16[int64_t(row) * a.n_out + j] = __float2half_rn(g / (1.0f + expf(-g)) * u);
-        } else {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int col = col0 + c + e;
-            if (col >= a.n) continue;
-            const float v = acc[mt][nt][2 * h + e] + (a.bias ? a.bias[col] : 0.f);
-            float* y = a.y + int64_t(row) * a.n + col;
-            *y = a.accumulate ? *y + v : v;
-          }
-        }
+      for (int e = 0; e < 2; ++e) {
+        const int col = col0 + c + e;
+        if (col >= a.n) continue;
+        const float v = acc[mt][nt][2 * h + e] + (a.bias ? a.bias[col] : 0.f);
+        float* y = a.y + int64_t(row) * a.n + col;
+        *y = a.accumulate ? *y + v : v;
       }
     }
-  }
+  });
 }
 
 using GemmKernel = void (*)(GemmArgs);
