@@ -226,6 +226,18 @@ __device__ __forceinline__ uint32_t float2_to_half2_bits(float a, float b) {
   return bits;
 }
 
+// An rmsnorm's output as fp16 bits: x · inv · w for four values (inv: the row's 1 / rms), then for
+// eight (one 16-byte vector).
+__device__ __forceinline__ uint2 rms_scaled_half4(float4 x, float inv, float4 w) {
+  return make_uint2(float2_to_half2_bits(x.x * inv * w.x, x.y * inv * w.y),
+                    float2_to_half2_bits(x.z * inv * w.z, x.w * inv * w.w));
+}
+
+__device__ __forceinline__ uint4 rms_scaled_half8(float4 x0, float4 x1, float inv, float4 w0, float4 w1) {
+  const uint2 lo = rms_scaled_half4(x0, inv, w0), hi = rms_scaled_half4(x1, inv, w1);
+  return make_uint4(lo.x, lo.y, hi.x, hi.y);
+}
+
 // ---- asynchronous copies and tensor cores (sm_80 and later) --------------------------------------
 
 // The shared-memory (shared::cta) address of p, as the PTX instructions below take it.

@@ -35,13 +35,12 @@ constexpr int kEmbBatch = 2;  // 16-byte vectors per thread requested at once
 
 // Writes the `count` values of one vector of the row (16 int8 times `scale`, or 8 fp16) from out[0].
 __device__ __forceinline__ void write_vector(uint4 v, bool w8, float scale, float* out, int count) {
+  const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   float vals[16];
   if (w8) {
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 16; ++i) vals[i] = float(int8_t(words[i / 4] >> (8 * (i % 4)))) * scale;
   } else {
-    const uint32_t words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const float2 f = half2_bits_to_float2(words[i]);

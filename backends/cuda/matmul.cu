@@ -1138,10 +1138,7 @@ __device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw,
     if (row_ok && kk < a.k) {
       const float4 x0 = *reinterpret_cast<const float4*>(xr + kk), x1 = *reinterpret_cast<const float4*>(xr + kk + 4);
       const float4 w0 = *reinterpret_cast<const float4*>(wts + kk), w1 = *reinterpret_cast<const float4*>(wts + kk + 4);
-      h.x = float2_to_half2_bits(x0.x * inv * w0.x, x0.y * inv * w0.y);
-      h.y = float2_to_half2_bits(x0.z * inv * w0.z, x0.w * inv * w0.w);
-      h.z = float2_to_half2_bits(x1.x * inv * w1.x, x1.y * inv * w1.y);
-      h.w = float2_to_half2_bits(x1.z * inv * w1.z, x1.w * inv * w1.w);
+      h = rms_scaled_half8(x0, x1, inv, w0, w1);
     }
     const int q = (w * kRows + row) * 4 + (tid & 3);
     *reinterpret_cast<uint4*>(xs + 8 * q) = h;
@@ -1247,12 +1244,7 @@ __device__ void small_stage_x(const SmallArgs& a, int win_block, int nw, __half*
       for (int i = 0; i < kSmallStageBatch; ++i) {
         const int q = q0 + i * kThreads;
         if (q >= chunks) continue;
-        uint4 h;
-        h.x = float2_to_half2_bits(xv[i][0].x * inv * wv[i][0].x, xv[i][0].y * inv * wv[i][0].y);
-        h.y = float2_to_half2_bits(xv[i][0].z * inv * wv[i][0].z, xv[i][0].w * inv * wv[i][0].w);
-        h.z = float2_to_half2_bits(xv[i][1].x * inv * wv[i][1].x, xv[i][1].y * inv * wv[i][1].y);
-        h.w = float2_to_half2_bits(xv[i][1].z * inv * wv[i][1].z, xv[i][1].w * inv * wv[i][1].w);
-        *reinterpret_cast<uint4*>(xs + 8 * q) = h;
+        *reinterpret_cast<uint4*>(xs + 8 * q) = rms_scaled_half8(xv[i][0], xv[i][1], inv, wv[i][0], wv[i][1]);
       }
     }
   } else {

@@ -34,10 +34,7 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_kernel(const float* x, co
     for (int u = threadIdx.x; u < n / 4; u += blockDim.x) {
       const float4 v = reinterpret_cast<const float4*>(xr)[u];
       const float4 w = reinterpret_cast<const float4*>(weight)[u];
-      uint2 packed;
-      packed.x = float2_to_half2_bits(v.x * inv * w.x, v.y * inv * w.y);
-      packed.y = float2_to_half2_bits(v.z * inv * w.z, v.w * inv * w.w);
-      reinterpret_cast<uint2*>(o)[u] = packed;
+      reinterpret_cast<uint2*>(o)[u] = rms_scaled_half4(v, inv, w);
     }
   } else {
     for (int j = threadIdx.x; j < n; j += blockDim.x) o[j] = __float2half_rn(xr[j] * inv * weight[j]);
