@@ -924,7 +924,8 @@ constexpr size_t kSmallSmemCap = 104 * 1024;  // staged x: two blocks still fit 
 constexpr size_t kSmallStaticSmem = 8 * 1024;  // bound on the kernel's static shared memory (W8 scales)
 // Blocks of a thread-block cluster that share the rmsnorm prologue's rows (small_stage_norm_rows).
 // On an H200, TTFT of the 30-token chat prompt: 1.041–1.050 ms with none, 0.974–0.983 with 2,
-// 0.946–0.950 with 4 (runs of one token, interleaved).
+// 0.946–0.950 with 4 (runs of one token, interleaved). Clusters of 8 (4 rows a block) read no
+// better than 4 in the same build.
 constexpr int kSmallNormCluster = 4;
 
 // Windows (32 values of k) of weights a warp holds in registers at once: 32 registers per weight
