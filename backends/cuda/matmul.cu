@@ -927,6 +927,8 @@ constexpr size_t kSmallStaticSmem = 8 * 1024;  // bound on the kernel's static s
 // 0.946–0.950 with 4 (runs of one token, interleaved). Clusters of 8 (4 rows a block) read no
 // better than 4 in the same build.
 constexpr int kSmallNormCluster = 4;
+// The cluster size for 8·nt rows of x: at least 8 rows a block.
+__host__ __device__ constexpr int small_norm_cluster(int nt) { return nt < kSmallNormCluster ? nt : kSmallNormCluster; }
 
 // Windows (32 values of k) of weights a warp holds in registers at once: 32 registers per weight
 // tile (W8: 2 rows x 8 bytes per window; F16: 2 rows x 16 bytes), halved for SwiGLU at 64 rows of
@@ -1070,31 +1072,42 @@ __device__ __forceinline__ void small_finish_rms(const SmallArgs& a, double ss, 
 // (fp32, row stride k + 4 so that rows start 4 banks apart) and the norm weights are copied in one
 // trip, every request in flight at once, then summed and converted from there.
 //
-// In a thread-block cluster of a.cluster blocks (up to kSmallNormCluster; all need the same rows of x), block
-// `rank` copies, sums and converts only rows rank·R .. + R - 1, R = 8·kNT / a.cluster, and stores
-// each fp16 chunk both into its own xs and into the same place of every other block of the cluster
-// (distributed shared memory), so each block moves a 1 / a.cluster share of the rows from L2 and
-// spends that share of the prologue's instructions. The caller's cluster barrier makes the chunks
-// visible; the one that small_matmul arrives at on entry is waited for here, before the first store
-// into another block, so that every block of the cluster has started.
+// Past 8 rows of x the launch is a thread-block cluster of kC = small_norm_cluster(kNT) blocks (all
+// need the same rows of x; without clusters the launcher leaves a.raw_offset at 0 and small_stage_x
+// reads the rows from global memory instead). Block `rank` copies, sums and converts only rows
+// rank·R .. + R - 1, R = 8·kNT / kC (8; 16 at 64 rows), and stores each fp16 chunk both into its
+// own xs and into the same place of every other block of the cluster (distributed shared memory),
+// so each block moves 1 / kC of the rows from L2 and spends that share of the prologue's
+// instructions. The caller's cluster barrier makes the chunks visible; the one that small_matmul
+// arrives at on entry is waited for here, before the first store into another block, so that every
+// block of the cluster has started.
 //
-// The sum of squares of a row is taken by 256 / R consecutive threads (256 threads in all; 8 for a
-// block of its own), each thread's share in four fp32 running sums (SquareSums) of at most
-// k·R / 1024 values (28 at k = 896 and 32 rows), the threads' sums added in fp64 in a fixed order.
+// The sum of squares of a row is taken by 256 / R consecutive threads (32 or 16), each thread's
+// share in four fp32 running sums (SquareSums), the threads' sums added in fp64 in a fixed order.
+//
+// Everything that depends on the share is a compile-time constant: against the same code with the
+// cluster size a run-time value, TTFT of the chat prompt 0.899–0.906 against 0.945–0.956 ms on an
+// H200 (runs of one token, interleaved, both built from the same source path). The two loop
+// pragmas keep the 64-row kernels, which run at their 128-register bound, from spilling.
 template <int kNT, int kThreads>
 __device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw, __half* xs, float* inv_rms) {
   constexpr int kRows = 8 * kNT;
+  constexpr int kC = small_norm_cluster(kNT);
+  constexpr int own = kRows / kC;                 // rows of the block
+  constexpr int cpr = kThreads / own;             // threads per row of the copy
+  constexpr int tpr = 256 / own;                  // threads per row of the sum of squares
+  constexpr int win_step = kThreads / (4 * own);  // windows between a thread's chunks
+  static_assert(own * kC == kRows && kThreads % own == 0 && tpr <= 32, "a block's share is whole rows");
   const int tid = threadIdx.x;
-  const int nc = a.cluster, rank = nc > 1 ? int(blockIdx.x) % nc : 0;
-  const int own = kRows / nc, r0 = rank * own, r1 = min(r0 + own, a.m);  // rows [r0, r1) are the block's
-  const int units = a.k / 4;                                               // float4s of a row (k % 8 == 0)
+  const int rank = kC > 1 ? int(blockIdx.x) % kC : 0;
+  const int r0 = rank * own, r1 = min(r0 + own, a.m);  // rows [r0, r1) are the block's
+  const int units = a.k / 4;                           // float4s of a row (k % 8 == 0)
   const int stride = a.k + 4;
   float* raw = reinterpret_cast<float*>(reinterpret_cast<char*>(xs) + a.raw_offset);
   float* wts = raw + int64_t(kRows) * stride;
 
-  // The block's rows, kThreads / own threads per row, and the weights.
-  const int cpr = kThreads / own;
-  if (const int rr = r0 + tid / cpr; rr < r1) {  // one row per thread (kThreads % own == 0)
+  // The block's rows, cpr threads per row, and the weights.
+  if (const int rr = r0 + tid / cpr; rr < r1) {
     const float* src = a.norm_x + int64_t(rr) * a.k;
     for (int u = tid % cpr; u < units; u += cpr) cp_async16(raw + rr * stride + 4 * u, src + 4 * u, 16);
   }
@@ -1103,15 +1116,16 @@ __device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw,
   cp_async_wait<0>();
   __syncthreads();
 
-  const int tpr = 256 / own;  // threads per row of the sum of squares: 4 to 32
   const int r = r0 + tid / tpr, seg = tid % tpr;
   if (tid < 256) {  // whole warps: a row's threads lie in one warp
     SquareSums ss;
     if (r < r1) {
       const float4* xr = reinterpret_cast<const float4*>(raw + r * stride);
+#pragma unroll 4
       for (int u = seg; u < units; u += tpr) ss.add(xr[u]);
     }
     double t = ss.total();
+#pragma unroll
     for (int o = tpr / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
     if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(t / double(a.k) + double(a.norm_eps))) : 0.f;
   }
@@ -1121,18 +1135,17 @@ __device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw,
   // 8·(j % 4) .. + 7: xs chunk q = (window · kRows + row) · 4 + j % 4. A thread's chunks lie in one row.
   const int row = r0 + (tid >> 2) % own;
   const bool row_ok = row < a.m;
-  const int win_step = kThreads / (4 * own);
   const int chunks = nw * own * 4;
   const float inv = inv_rms[row];
   const float* xr = raw + row * stride;
-  constexpr int kMaxPeers = kSmallNormCluster - 1;
-  uint32_t peer[kMaxPeers] = {};  // xs in the other blocks of the cluster
-  if (nc > 1) {
+  uint32_t peer[kC > 1 ? kC - 1 : 1];  // xs in the other blocks of the cluster
+  if constexpr (kC > 1) {
     cluster_wait();
 #pragma unroll
-    for (int p = 0; p < kMaxPeers; ++p) peer[p] = cluster_address(smem_address(xs), unsigned((rank + 1 + p) % nc));
+    for (int p = 0; p < kC - 1; ++p) peer[p] = cluster_address(smem_address(xs), unsigned((rank + 1 + p) % kC));
   }
   int w = tid / (4 * own);
+#pragma unroll 1
   for (int j = tid; j < chunks; j += kThreads, w += win_step) {
     const int kk = 32 * (win_block + w) + 8 * (tid & 3);
     uint4 h = make_uint4(0u, 0u, 0u, 0u);
@@ -1144,9 +1157,7 @@ __device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw,
     const int q = (w * kRows + row) * 4 + (tid & 3);
     *reinterpret_cast<uint4*>(xs + 8 * q) = h;
 #pragma unroll
-    for (int p = 0; p < kMaxPeers; ++p) {
-      if (p + 1 < nc) st_cluster_u4(peer[p] + 16u * unsigned(q), h);
-    }
+    for (int p = 0; p < kC - 1; ++p) st_cluster_u4(peer[p] + 16u * unsigned(q), h);
   }
 }
 
@@ -1832,13 +1843,14 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
   a.groups = p.groups;
   a.splits = p.splits;
   size_t smem = p.smem;
+  size_t raw_smem = 0;
   if (d.norm_x && a.norm_vec && p.splits == 1) {
     // The prologue's rows and weights in shared memory too, past the staged x, where they fit.
     const size_t staged = (size_t(p.slices * p.groups) * size_t(8 * p.nt) * 32 * sizeof(__half) + 15) / 16 * 16;
     const size_t raw = (size_t(8 * p.nt) * size_t(a.k + 4) + size_t(a.k)) * sizeof(float);
     if (staged + raw <= small_smem_limit()) {
       a.raw_offset = int(staged);
-      smem = std::max(smem, staged + raw);
+      raw_smem = staged + raw;
     }
   }
   if (p.splits > 1) {
@@ -1866,17 +1878,22 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
   const SmallKernel kernel = small_kernel(w8, swiglu, d.norm_x != nullptr, fuse_rope, p.nt, p.warps == kSmallWideWarps);
   const dim3 block(32 * p.warps);
   dim3 grid(unsigned(p.row_blocks), unsigned(p.splits));
-  // The prologue's rows shared by the blocks of a cluster (small_stage_norm_rows): at least 8 rows
-  // of x a block.
-  unsigned cluster = a.raw_offset && cc_major_ >= 9 ? unsigned(std::min(kSmallNormCluster, p.nt)) : 1u;
-  if (cluster > 1) {
-    const dim3 clustered(unsigned(ceil_div(p.row_blocks, cluster) * cluster), grid.y);
-    if (active_clusters(reinterpret_cast<const void*>(kernel), clustered, block, smem, cluster) > 0) {
+  // Past 8 rows of x, the prologue's rows in shared memory are shared by the blocks of a cluster
+  // (small_stage_norm_rows); where the GPU runs no such cluster, small_stage_x reads them from
+  // global memory instead.
+  const unsigned want = unsigned(small_norm_cluster(p.nt));
+  unsigned cluster = 1;
+  if (a.raw_offset && want > 1) {
+    const dim3 clustered(unsigned(ceil_div(p.row_blocks, want) * want), grid.y);
+    if (cc_major_ >= 9 &&
+        active_clusters(reinterpret_cast<const void*>(kernel), clustered, block, std::max(smem, raw_smem), want) > 0) {
       grid = clustered;
+      cluster = want;
     } else {
-      cluster = 1;
+      a.raw_offset = 0;
     }
   }
+  if (a.raw_offset) smem = std::max(smem, raw_smem);
   a.cluster = int(cluster);
   launch_clusters(kernel, grid, block, smem, cluster, a);
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend && !fuse_rope) rope_epilogue(d);
