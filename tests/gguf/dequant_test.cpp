@@ -262,6 +262,25 @@ void pack_k4_scales(const int* sc, const int* mn, uint8_t* out) {
   }
 }
 
+// The hand-worked Q4_K/Q5_K block of the tests below, `bytes` long, with its quants left to the
+// caller (qs at `qs`): d = 1, dmin = 0.5; sub-block 0: scale 5 (byte 0), min 3 (byte 4); sub-block
+// 5: scale = 1 (byte 9 low nibble) | 1 << 4 (byte 1 bits 6..7) = 17, min = 2 (byte 9 high nibble) |
+// 2 << 4 (byte 5 bits 6..7) = 34; every other scale and min 0. Values 0 and 163 (sub-blocks 0 and
+// 5) get quant 7 and 11 in their low four bits.
+std::vector<uint8_t> hand_worked_k4_block(size_t bytes, size_t qs) {
+  std::vector<uint8_t> s(bytes, 0);
+  put_half(s, 0, kHalf1);
+  put_half(s, 2, kHalf05);
+  s[4 + 0] = 5;
+  s[4 + 4] = 3;
+  s[4 + 9] = 0x21;
+  s[4 + 1] = 0x40;
+  s[4 + 5] = 0x80;
+  s[qs + 0] = 0x07;   // value 0: low nibble of qs[0]
+  s[qs + 67] = 0xb0;  // value 163 (g 2, u 1, l 3): high nibble of qs[67]
+  return s;
+}
+
 TEST(Dequant, Q4_K) {
   // d | dmin | scales[12] | qs[128]. Value v = 64g + 32u + l is the low (u = 0) or high (u = 1)
   // nibble of qs[32g + l]; value = d·scale·q - dmin·min of sub-block v / 32.
@@ -287,22 +306,9 @@ TEST(Dequant, Q4_K) {
   }
   expect_values(dequant(GgmlType::Q4_K, b, 512), want);
 
-  // Hand-worked: d = 1, dmin = 0.5. Sub-block 0: scale 5 (byte 0), min 3 (byte 4). Sub-block 5:
-  // scale = 1 (byte 9 low nibble) | 1 << 4 (byte 1 bits 6..7) = 17, min = 2 (byte 9 high nibble)
-  // | 2 << 4 (byte 5 bits 6..7) = 34. Value 0 = low nibble of qs[0] = 7 -> 5·7 - 0.5·3 = 33.5.
-  // Value 163 (g 2, u 1, l 3) = high nibble of qs[67] = 11 -> 17·11 - 0.5·34 = 170.
-  // Value 3 (q 0) = -1.5; value 40 (sub-block 1: scale 0, min 0) = 0.
-  std::vector<uint8_t> s(144, 0);
-  put_half(s, 0, kHalf1);
-  put_half(s, 2, kHalf05);
-  s[4 + 0] = 5;
-  s[4 + 4] = 3;
-  s[4 + 9] = 0x21;
-  s[4 + 1] = 0x40;
-  s[4 + 5] = 0x80;
-  s[16 + 0] = 0x07;
-  s[16 + 67] = 0xb0;
-  const auto y = dequant(GgmlType::Q4_K, s, 256);
+  // Hand-worked (hand_worked_k4_block): value 0 = 7 -> 5·7 - 0.5·3 = 33.5; value 163 = 11 ->
+  // 17·11 - 0.5·34 = 170; value 3 (q 0) = -1.5; value 40 (sub-block 1: scale 0, min 0) = 0.
+  const auto y = dequant(GgmlType::Q4_K, hand_worked_k4_block(144, 16), 256);
   EXPECT_EQ(y[0], 33.5f);
   EXPECT_EQ(y[163], 170.0f);
   EXPECT_EQ(y[3], -1.5f);
@@ -331,19 +337,10 @@ TEST(Dequant, Q5_K) {
   }
   expect_values(dequant(GgmlType::Q5_K, b, 256), want);
 
-  // Hand-worked with the Q4_K scales above (d 1, dmin 0.5): value 0 = 7 | 16 (qh[0] bit 0) = 23
+  // Hand-worked (hand_worked_k4_block, qs at 48): value 0 = 7 | 16 (qh[0] bit 0) = 23
   // -> 5·23 - 1.5 = 113.5; value 163 = 11 | 16 (qh[3] bit 5) = 27 -> 17·27 - 17 = 442;
   // value 3 = 0 (qh[3] bit 0 clear) -> -1.5.
-  std::vector<uint8_t> s(176, 0);
-  put_half(s, 0, kHalf1);
-  put_half(s, 2, kHalf05);
-  s[4 + 0] = 5;
-  s[4 + 4] = 3;
-  s[4 + 9] = 0x21;
-  s[4 + 1] = 0x40;
-  s[4 + 5] = 0x80;
-  s[48 + 0] = 0x07;
-  s[48 + 67] = 0xb0;
+  std::vector<uint8_t> s = hand_worked_k4_block(176, 48);
   s[16 + 0] = 0x01;
   s[16 + 3] = 0x20;
   const auto y = dequant(GgmlType::Q5_K, s, 256);
