@@ -61,14 +61,15 @@
 //                    fp16 rows there instead of running as a kernel of its own (each block needs
 //                    whole rows for their sums of squares, kept in fp32 per thread and added
 //                    across threads in fp64, see SquareSums):
-//                    where they fit (up to 32 rows of x at k = 896), the block copies the fp32 rows
-//                    and the norm weights into shared memory in one trip with every request in
-//                    flight, then sums and converts from there; on sm_90 the blocks of a
-//                    thread-block cluster of 4 (2 up to 16 rows of x) share that work, each
-//                    converting its share of the rows into every block's shared memory
-//                    (distributed shared memory), so a block copies and converts a quarter of them
-//                    (TTFT of the 30-token chat prompt on an H200: 1.041–1.050 → 0.946–0.950 ms).
-//                    Otherwise it reads them from global memory in batches. Four warps ("slices") share a
+//                    where they fit (up to 32 rows of x at k = 896), the fp32 rows and the norm
+//                    weights are copied into shared memory in one trip with every request in
+//                    flight, then summed and converted from there, by the blocks of a thread-block
+//                    cluster of 4 (2 up to 16 rows of x; none up to 8), each converting its share
+//                    of the rows into every block's shared memory (distributed shared memory), so a
+//                    block copies and converts a quarter of them (TTFT of the 30-token chat prompt
+//                    on an H200: 1.041–1.050 → 0.946–0.950 ms). Otherwise (rows that do not fit, or
+//                    past 8 rows a GPU without clusters) every block reads them from global memory
+//                    in batches. Four warps ("slices") share a
 //                    tile's k and add their sums in shared memory in slice order. A block has 8 warps
 //                    (2 tiles, two blocks per SM), or 12 (3 tile pairs, one block per SM) for SwiGLU
 //                    up to 32 rows of x, whose 64 registers of weights and 32 of sums do not fit
