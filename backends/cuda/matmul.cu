@@ -182,6 +182,7 @@ struct GemvArgs {
   const float* norm_x = nullptr;   // (k) or null
   const float* norm_w = nullptr;   // (k)
   float norm_eps = 0;
+  double norm_inv_k = 0;           // 1 / k, for inverse_rms
   const float* bias = nullptr;     // (n) or null
   float* y = nullptr;              // (n)
   __half* out16 = nullptr;         // SwiGLU: (n / 2)
@@ -221,7 +222,7 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
       for (int i = 0; i < kNormUnits; ++i)
         ss += double(xv[i].x) * xv[i].x + double(xv[i].y) * xv[i].y + double(xv[i].z) * xv[i].z + double(xv[i].w) * xv[i].w;
       ss = block_sum(ss, scratch);
-      const float inv = float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps)));
+      const float inv = inverse_rms(ss, a.norm_inv_k, a.norm_eps);
 #pragma unroll
       for (int i = 0; i < kNormUnits; ++i) {
         const int u = threadIdx.x + i * blockDim.x;
@@ -237,7 +238,7 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
     double ss = 0;
     for (int e = threadIdx.x; e < a.k; e += blockDim.x) ss += double(a.norm_x[e]) * a.norm_x[e];
     ss = block_sum(ss, scratch);
-    const float inv = float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps)));
+    const float inv = inverse_rms(ss, a.norm_inv_k, a.norm_eps);
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       const int e = 4 * u;
       float t[4];
@@ -963,6 +964,7 @@ struct SmallArgs {
   const float* norm_x = nullptr;   // (m, k) or null
   const float* norm_w = nullptr;   // (k)
   float norm_eps = 0;
+  double norm_inv_k = 0;           // 1 / k, for inverse_rms
   const float* bias = nullptr;     // (n) or null
   float* y = nullptr;              // (m, n)
   __half* out16 = nullptr;         // SwiGLU: (m, n / 2)
@@ -1064,7 +1066,7 @@ __device__ __forceinline__ void small_finish_rms(const SmallArgs& a, double ss, 
   if (r < kRows) {  // whole warps
 #pragma unroll
     for (int o = kTPR / 2; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(ss / double(a.k) + double(a.norm_eps))) : 0.f;
+    if (seg == 0) inv_rms[r] = r < a.m ? inverse_rms(ss, a.norm_inv_k, a.norm_eps) : 0.f;
   }
   __syncthreads();
 }
@@ -1128,7 +1130,7 @@ __device__ void small_stage_norm_rows(const SmallArgs& a, int win_block, int nw,
     double t = ss.total();
 #pragma unroll
     for (int o = tpr / 2; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-    if (seg == 0) inv_rms[r] = r < a.m ? float(1.0 / sqrt(t / double(a.k) + double(a.norm_eps))) : 0.f;
+    if (seg == 0) inv_rms[r] = r < a.m ? inverse_rms(t, a.norm_inv_k, a.norm_eps) : 0.f;
   }
   __syncthreads();
 
@@ -1784,6 +1786,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
   a.norm_eps = d.norm_eps;
+  a.norm_inv_k = 1.0 / double(w.k());
 
   const size_t smem = gemv_smem(w);
   const bool norm = d.norm_x != nullptr;
@@ -1829,6 +1832,7 @@ bool CudaBackend::matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w) 
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
   a.norm_eps = d.norm_eps;
+  a.norm_inv_k = 1.0 / double(w.k());
   a.m = int(d.m);
   a.n = int(w.n());
   a.n_out = swiglu ? a.n / 2 : a.n;

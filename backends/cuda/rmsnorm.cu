@@ -1,7 +1,7 @@
 // RMSNorm: out = fp16(x / sqrt(mean(x²) + eps) * weight), row by row.
 //
 //   rmsnorm_kernel  one block per row. The sum of squares is accumulated in fp64 (as the CPU oracle
-//                   does, so the scale matches it to the last bit almost always), then each value is
+//                   does, so the scale matches it to the last bit almost always, see inverse_rms), then each value is
 //                   scaled and rounded to fp16. Rows whose width is a multiple of 4 on aligned
 //                   buffers use 16-byte loads. The decode path does not use it: matmul_m1 fuses the
 //                   same computation into its prologue; prefill runs it before the matmul.
@@ -13,7 +13,7 @@ namespace {
 constexpr int kRmsThreads = 256;
 
 __global__ void __launch_bounds__(kRmsThreads) rmsnorm_kernel(const float* x, const float* weight, __half* out,
-                                                              int n, float eps, bool vec) {
+                                                              int n, double inv_n, float eps, bool vec) {
   __shared__ double scratch[32];
   grid_dependency_wait();
   allow_dependent_launch();
@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_kernel(const float* x, co
     for (int j = threadIdx.x; j < n; j += blockDim.x) ss += double(xr[j]) * xr[j];
   }
   ss = block_sum(ss, scratch);
-  const float inv = float(1.0 / sqrt(ss / double(n) + double(eps)));
+  const float inv = inverse_rms(ss, inv_n, eps);
   if (vec) {
     for (int u = threadIdx.x; u < n / 4; u += blockDim.x) {
       const float4 v = reinterpret_cast<const float4*>(xr)[u];
@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_kernel(const float* x, co
 
 void CudaBackend::rmsnorm_rows(const float* x, const float* weight, __half* out, int64_t m, int64_t n, float eps) {
   const bool vec = n % 4 == 0 && aligned_to(x, 16) && aligned_to(weight, 16) && aligned_to(out, 8);
-  launch(rmsnorm_kernel, dim3(unsigned(m)), dim3(kRmsThreads), 0, x, weight, out, int(n), eps, vec);
+  launch(rmsnorm_kernel, dim3(unsigned(m)), dim3(kRmsThreads), 0, x, weight, out, int(n), 1.0 / double(n), eps, vec);
 }
 
 void CudaBackend::rmsnorm(const RmsNormDesc& d) {
