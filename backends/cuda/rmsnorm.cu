@@ -1,10 +1,11 @@
 // RMSNorm: out = fp16(x / sqrt(mean(x²) + eps) * weight), row by row.
 //
 //   rmsnorm_kernel  one block per row. The sum of squares is accumulated in fp64 (as the CPU oracle
-//                   does, so the scale matches it to the last bit almost always, see inverse_rms), then each value is
-//                   scaled and rounded to fp16. Rows whose width is a multiple of 4 on aligned
-//                   buffers use 16-byte loads. The decode path does not use it: matmul_m1 fuses the
-//                   same computation into its prologue; prefill runs it before the matmul.
+//                   does, so the scale matches it to the last bit almost always: inverse_rms), then
+//                   each value is scaled and rounded to fp16. Rows whose width is a multiple of 4
+//                   on aligned buffers use 16-byte loads. The decode path does not use it:
+//                   matmul_m1 fuses the same computation into its prologue; prefill runs it before
+//                   the matmul.
 #include "backends/cuda/cuda_backend_impl.cuh"
 
 namespace tllm::cuda {
