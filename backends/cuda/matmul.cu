@@ -10,30 +10,29 @@
 //                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
 //                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 4 warps per row).
 //                    A launch takes as many warps (64 registers each) as fit on the GPU at once, up to
-//                    one per row and slice: the more warps, the more weights are requested before
-//                    the previous kernel ends (programmatic dependent launch; the weights do not
-//                    depend on it). ffn_down's kernel is held to 48 registers, which leaves room
-//                    beside its blocks for the next kernel's (kGemvNarrow). Blocks have 8 warps
-//                    where the rows fill the GPU (ffn_gate_up, lm_head); otherwise they are larger
-//                    (24 warps, or 4 rows of split rows), so that a small projection leaves most
-//                    multiprocessors free for the next kernel's blocks (see gemv_plan). A lane requests its first batch of vectors (up to 8)
-//                    before waiting on the previous kernel; a warp with more rows or batches
-//                    (ffn_gate_up: 4864 rows for 4224 warps) requests each next batch before using
-//                    the current one. Weights and scales are streaming loads (ld.global.cs: read
+//                    one per row and slice: the more warps, the more weights are requested before the
+//                    previous kernel ends (programmatic dependent launch; the weights do not depend on
+//                    it). ffn_down's kernel is held to 48 registers, which leaves room beside its
+//                    blocks for the next kernel's (kGemvNarrow). Blocks have 8 warps where the rows
+//                    fill the GPU (ffn_gate_up, lm_head); otherwise they are larger (24 warps, or 4
+//                    rows of split rows), so that a small projection leaves most multiprocessors free
+//                    for the next kernel's blocks (see gemv_plan). A lane requests its first batch of
+//                    vectors (up to 8) before waiting on the previous kernel; a warp with more rows or
+//                    batches (ffn_gate_up: 4864 rows for 4224 warps) requests each next batch before
+//                    using the current one. Weights and scales are streaming loads (ld.global.cs: read
 //                    once per step, evicted first). On an H200 they decode 2,058-2,060 tok/s against
 //                    2,037-2,041 with read-only loads (ld.global.nc), and 1,787-1,790 against
 //                    1,775-1,778 at 4,096 tokens of context; read-only loads with an evict-first L2
 //                    policy lost (2,029). x (k fp16 values, or the rmsnorm prologue's fp16 output) is
 //                    staged once per block in shared memory as fp32, every load of a thread issued
-//                    before the first store; the bias and the y being accumulated into are
-//                    requested before x is staged (and for each later row when it starts), so that
-//                    their trip to memory overlaps x's. int8 → fp32 is one byte permute
-//                    and one subtract (the 2^23 magic number); the 16 products of a vector are summed
-//                    in fp32, one 4-value unit of x at a time, and scaled by their group's scale.
-//                    The QKV projection's epilogue applies rope and appends k and v to the caches:
-//                    the block's 8 warps take the 4 rotation pairs' rows (j and j + head_dim/2, or 2j
-//                    and 2j + 1), so a pair is finished inside one block, with the angle in fp64 as
-//                    in the rope kernel.
+//                    before the first store; the bias and the y being accumulated into are requested
+//                    before x is staged (and for each later row when it starts), so that their trip to
+//                    memory overlaps x's. int8 → fp32 is one byte permute and one subtract (the 2^23
+//                    magic number); the 16 products of a vector are summed in fp32, one 4-value unit
+//                    of x at a time, and scaled by their group's scale. The QKV projection's epilogue
+//                    applies rope and appends k and v to the caches: the block's 8 warps take the 4
+//                    rotation pairs' rows (j and j + head_dim/2, or 2j and 2j + 1), so a pair is
+//                    finished inside one block, with the angle in fp64 as in the rope kernel.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
@@ -197,7 +196,7 @@ struct GemvArgs {
 // Writes x (or the rmsnorm prologue's fp16 values) as fp32 into xs, zero past k. Block-wide. Every
 // global load a thread makes is issued before the first value is stored, so staging costs one
 // trip to memory (the prologue's block sum adds a barrier).
-template <bool kW8, bool kNorm, int kStageBatch = kStageBatch>
+template <bool kW8, bool kNorm, int kLoads = kStageBatch>
 __device__ void stage_x(const GemvArgs& a, float4* xs) {
   constexpr int kUnits = kW8 ? 4 : 2;  // units per weight vector
   const int units = a.chunks * kUnits;
@@ -248,15 +247,15 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
       xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(t[0], t[1], t[2], t[3]);
     }
   } else if (a.k % 4 == 0 && aligned_to(a.x, 8)) {
-    for (int base = 0; base < units; base += kStageBatch * int(blockDim.x)) {
-      uint2 raw[kStageBatch];
+    for (int base = 0; base < units; base += kLoads * int(blockDim.x)) {
+      uint2 raw[kLoads];
 #pragma unroll
-      for (int i = 0; i < kStageBatch; ++i) {
+      for (int i = 0; i < kLoads; ++i) {
         const int e = 4 * (base + i * int(blockDim.x) + int(threadIdx.x));
         raw[i] = e < a.k ? *reinterpret_cast<const uint2*>(a.x + e) : make_uint2(0u, 0u);  // 0 is +0.0 in fp16
       }
 #pragma unroll
-      for (int i = 0; i < kStageBatch; ++i) {
+      for (int i = 0; i < kLoads; ++i) {
         const int u = base + i * int(blockDim.x) + int(threadIdx.x);
         if (u < units) {
           const float2 lo = half2_bits_to_float2(raw[i].x), hi = half2_bits_to_float2(raw[i].y);
