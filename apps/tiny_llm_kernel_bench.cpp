@@ -67,24 +67,28 @@ class Bench {
     return b;
   }
 
-  // Enough copies of an (n, k) matrix that cycling through them streams past the cache.
-  std::vector<std::unique_ptr<Matrix>> matrices(WeightType t, int64_t n, int64_t k) {
+  // Enough copies of an (n, k) matrix that cycling through them streams past the cache. An F16 one
+  // with int8_form also carries its int8 form (HostMatrix), as the model's lm_head from Q8_0 does.
+  std::vector<std::unique_ptr<Matrix>> matrices(WeightType t, int64_t n, int64_t k, bool int8_form = false) {
     HostMatrix hm;
     hm.type = t;
     hm.n = n;
     hm.k = k;
     std::vector<int8_t> q;
     std::vector<half_t> sc, f;
-    if (t == WeightType::W8) {
+    if (t == WeightType::W8 || int8_form) {
       q.resize(size_t(n * k));
       sc.resize(size_t(n * k / kW8Group));
       for (int8_t& v : q) v = int8_t(int(next_u32() % 255) - 127);
       for (half_t& v : sc) v = float_to_half(0.0005f + 0.001f * std::fabs(next_f(1)));
       hm.q = q.data();
       hm.scales = sc.data();
-    } else {
+    }
+    if (t == WeightType::F16) {
       f.resize(size_t(n * k));
-      for (half_t& v : f) v = float_to_half(next_f(0.05f));
+      for (size_t i = 0; i < f.size(); ++i) {
+        f[i] = int8_form ? float_to_half(float(q[i]) * half_to_float(sc[i / kW8Group])) : float_to_half(next_f(0.05f));
+      }
       hm.f16 = f.data();
     }
     std::vector<std::unique_ptr<Matrix>> out;
@@ -195,10 +199,12 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
       be.matmul_m1(d);
     });
   }
-  {
-    auto ws = b.matrices(WeightType::F16, V, E);
-    b.run("fp16_matmul_m1 lm_head", "M=1 N=" + std::to_string(V) + " K=" + std::to_string(E),
-          double(ws[0]->stream_bytes()) + E * f + V * f, [&](int i) {
+  // The lm_head as fp16 values, and as the model keeps one converted from Q8_0 (its int8 form).
+  for (bool int8_form : {false, true}) {
+    auto ws = b.matrices(WeightType::F16, V, E, int8_form);
+    b.run(int8_form ? "fp16_matmul_m1 lm_head (int8 form)" : "fp16_matmul_m1 lm_head",
+          "M=1 N=" + std::to_string(V) + " K=" + std::to_string(E), double(ws[0]->stream_bytes()) + E * f + V * f,
+          [&](int i) {
             MatmulDesc d;
             d.w = ws[size_t(i) % ws.size()].get();
             d.norm_x = x.as<float>();
@@ -326,11 +332,12 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
     b.run("silu_mul", "n=" + std::to_string(F), F * (2 * f + h), [&](int) { be.silu_mul(m); });
   }
   {
-    auto tables = b.matrices(WeightType::F16, V, E);
+    auto tables = b.matrices(WeightType::F16, V, E, /*int8_form=*/true);  // the tied lm_head's table
     EmbeddingDesc e;
     e.ids = scalar.as<int32_t>();
     e.out = x.as<float>();
-    b.run("embedding", "row of " + std::to_string(V) + "x" + std::to_string(E), E * (h + f), [&](int i) {
+    const double row_bytes = double(tables[0]->stream_bytes()) / double(V);
+    b.run("embedding", "row of " + std::to_string(V) + "x" + std::to_string(E), row_bytes + E * f, [&](int i) {
       e.table = tables[size_t(i) % tables.size()].get();
       be.embedding(e);
     });
@@ -397,10 +404,10 @@ int kernel_bench_main(int argc, char** argv) {
   std::printf("shapes  %s; %d warm-up + %d timed runs per case; weights cycled over >= %d MB; time: %s\n\n",
               s.source.c_str(), warmup, reps, flush_mb,
               be->trace_begin() ? (be->trace_end(), "device kernel time (CUPTI)") : "host wall time");
-  std::printf("%-32s %-26s %-16s %-12s %10s %12s %9s %7s\n", "op", "shape", "grid", "block", "us", "bytes", "GB/s", "peak");
+  std::printf("%-35s %-26s %-16s %-12s %10s %12s %9s %7s\n", "op", "shape", "grid", "block", "us", "bytes", "GB/s", "peak");
   for (const Result& r : b.results()) {
     const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
-    std::printf("%-32s %-26s %-16s %-12s %10.2f %12.0f %9.1f %6.1f%%\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(),
+    std::printf("%-35s %-26s %-16s %-12s %10.2f %12.0f %9.1f %6.1f%%\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(),
                 r.block.c_str(), r.us, r.bytes, gbs, peak > 0 ? 100 * gbs / peak : 0.0);
   }
   return 0;

@@ -17,11 +17,10 @@ HostMatrix HostWeights::view() const {
   m.type = type;
   m.n = n;
   m.k = k;
-  if (type == WeightType::W8) {
+  if (type == WeightType::F16) m.f16 = f16.data();
+  if (type == WeightType::W8 || !q.empty()) {
     m.q = q.data();
     m.scales = scales.data();
-  } else {
-    m.f16 = f16.data();
   }
   return m;
 }
@@ -32,15 +31,22 @@ void HostWeights::append_rows(const HostWeights& b) {
                        ") matrix cannot take rows of a (" + weight_type_name(b.type) + ", k " + std::to_string(b.k) +
                        ") one");
   }
+  // F16's int8 form is optional: the result keeps it only where both parts have it.
+  const bool int8_form = type == WeightType::W8 || ((n == 0 || !q.empty()) && !b.q.empty());
   n += b.n;
-  q.insert(q.end(), b.q.begin(), b.q.end());
-  scales.insert(scales.end(), b.scales.begin(), b.scales.end());
   f16.insert(f16.end(), b.f16.begin(), b.f16.end());
+  if (int8_form) {
+    q.insert(q.end(), b.q.begin(), b.q.end());
+    scales.insert(scales.end(), b.scales.begin(), b.scales.end());
+  } else {
+    q.clear();
+    scales.clear();
+  }
 }
 
 size_t Matrix::stream_bytes() const {
   const size_t nk = size_t(n_) * size_t(k_);
-  if (type_ == WeightType::W8) return nk + nk / kW8Group * sizeof(half_t);
+  if (type_ == WeightType::W8 || f16_as_w8_) return nk + nk / kW8Group * sizeof(half_t);
   return nk * sizeof(half_t);
 }
 

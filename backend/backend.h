@@ -46,12 +46,18 @@ enum class WeightType : uint8_t {
 const char* weight_type_name(WeightType t);
 
 // A weight matrix as it lies in host memory, row-major (N, K): row n holds the K inputs of output n.
+//
+// An F16 matrix may also carry q and scales (k a multiple of kW8Group): its int8 form, which the
+// caller guarantees gives every fp16 value as f16[n][k] = fp16(q[n][k] · scale[n][k / kW8Group]),
+// the exact product rounded once to fp16 (as an F16 matrix converted from Q8_0 blocks is). A
+// backend may then keep that form instead of the fp16 values and rebuild each weight when it reads
+// it: the same matrix in about half the bytes (Matrix::f16_as_w8).
 struct HostMatrix {
   WeightType type = WeightType::F16;
   int64_t n = 0;                     // output features
   int64_t k = 0;                     // input features; a multiple of kW8Group for W8
-  const int8_t* q = nullptr;         // W8: (n, k)
-  const half_t* scales = nullptr;    // W8: (n, k / kW8Group)
+  const int8_t* q = nullptr;         // W8, or F16's int8 form: (n, k)
+  const half_t* scales = nullptr;    // W8, or F16's int8 form: (n, k / kW8Group)
   const half_t* f16 = nullptr;       // F16: (n, k)
 };
 
@@ -61,8 +67,8 @@ struct HostWeights {
   WeightType type = WeightType::W8;
   int64_t n = 0;                 // rows (output features)
   int64_t k = 0;                 // row length (input features)
-  std::vector<int8_t> q;         // W8: (n, k)
-  std::vector<half_t> scales;    // W8: (n, k / kW8Group)
+  std::vector<int8_t> q;         // W8, or F16's int8 form (see HostMatrix): (n, k)
+  std::vector<half_t> scales;    // W8, or F16's int8 form: (n, k / kW8Group)
   std::vector<half_t> f16;       // F16: (n, k)
   HostMatrix view() const;       // borrowed view
   // Appends the rows of `b` (same type and k) below these: [this; b]. Throws BackendError otherwise.
@@ -77,15 +83,19 @@ class Matrix {
   WeightType type() const { return type_; }
   int64_t n() const { return n_; }
   int64_t k() const { return k_; }
+  // An F16 matrix kept in its int8 form (HostMatrix): the values stay the fp16 ones.
+  bool f16_as_w8() const { return f16_as_w8_; }
   // Bytes one full read of the weights moves (what a GEMV streams): int8 + scales, or fp16.
   size_t stream_bytes() const;
 
  protected:
-  Matrix(WeightType type, int64_t n, int64_t k) : type_(type), n_(n), k_(k) {}
+  Matrix(WeightType type, int64_t n, int64_t k, bool f16_as_w8 = false)
+      : type_(type), n_(n), k_(k), f16_as_w8_(f16_as_w8) {}
 
  private:
   WeightType type_;
   int64_t n_, k_;
+  bool f16_as_w8_;
 };
 
 class Backend;

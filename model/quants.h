@@ -31,7 +31,9 @@ void parallel_for(int64_t n, const std::function<void(int64_t i)>& fn);
 // gets scale = max|w| / 127 (rounded to fp16) and q = round(w / scale). Throws GgufError when the
 // tensor is not 2-D, k is not a multiple of kW8Group, or the type cannot be dequantised.
 HostWeights requantize_w8(const TensorInfo& t);
-// Converts a 2-D GGUF tensor to FP16 (used for lm_head and the embedding table it shares).
+// Converts a 2-D GGUF tensor to FP16 (used for lm_head and the embedding table it shares). From
+// Q8_0 the result also carries the blocks' int8 values and fp16 scales, the int8 form of the fp16
+// values (HostMatrix), which a backend may keep instead: the same lm_head in about half the bytes.
 HostWeights convert_f16(const TensorInfo& t);
 // Dequantises a whole tensor of any supported type (norm weights, biases) to fp32.
 std::vector<float> dequantize_tensor(const TensorInfo& t);

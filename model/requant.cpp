@@ -6,10 +6,12 @@
 //        q = clamp(round(w / scale), -127, 127) with the stored (rounded) scale; an all-zero group
 //        gets scale 0 and q 0. Error per value: |w - q·scale| <= scale/2, plus at most
 //        max|w|·2^-11 on the largest values when rounding the scale to fp16 made it smaller.
-//   F16: w rounded to fp16.
+//   F16: w rounded to fp16; from Q8_0 blocks also the blocks' int8 values and scales (the int8
+//        form of HostMatrix: each fp16 value is fp16(q · d)).
 // Rows are independent, so they are spread over the host's threads.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <string>
 
@@ -111,12 +113,27 @@ HostWeights convert_f16(const TensorInfo& t) {
   w.n = s.n;
   w.k = s.k;
   w.f16.resize(size_t(s.n * s.k));  // (n, k)
+  // A Q8_0 block (fp16 d, then 32 int8 q) is one W8 group: its values are q · d, exact in fp32, so
+  // each fp16 value below is fp16(q · d), and (q, d) is the matrix's int8 form (HostMatrix).
+  const bool int8_form = t.type == GgmlType::Q8_0;
+  static_assert(kW8Group == 32, "a Q8_0 block is one W8 group");
+  if (int8_form) {
+    w.q.resize(size_t(s.n * s.k));                  // (n, k)
+    w.scales.resize(size_t(s.n * s.k / kW8Group));  // (n, k / kW8Group)
+  }
   for_row_ranges(s.n, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(s.k));  // (k)
     for (int64_t r = begin; r < end; ++r) {
-      dequantize_row(t.type, t.data + size_t(r) * s.row_bytes, row.data(), s.k);
+      const uint8_t* src = t.data + size_t(r) * s.row_bytes;
+      dequantize_row(t.type, src, row.data(), s.k);
       half_t* out = w.f16.data() + r * s.k;
       for (int64_t j = 0; j < s.k; ++j) out[j] = float_to_half(row[size_t(j)]);
+      if (!int8_form) continue;
+      for (int64_t g = 0; g < s.k / kW8Group; ++g) {
+        const uint8_t* block = src + g * (2 + kW8Group);
+        std::memcpy(&w.scales[size_t(r * (s.k / kW8Group) + g)], block, sizeof(half_t));
+        std::memcpy(&w.q[size_t(r * s.k + g * kW8Group)], block + 2, kW8Group);
+      }
     }
   });
   return w;

@@ -51,10 +51,17 @@ void MemoryCounter::add(size_t bytes) {
 
 // ---- matrices ------------------------------------------------------------------------------------
 
+namespace {
+// An F16 matrix whose int8 form came with it is kept in that form (HostMatrix).
+bool keeps_int8_form(const HostMatrix& h) {
+  return h.type == WeightType::F16 && h.q && h.scales && h.k % kW8Group == 0;
+}
+}  // namespace
+
 CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter)
-    : Matrix(h.type, h.n, h.k), counter_(std::move(counter)) {
+    : Matrix(h.type, h.n, h.k, keeps_int8_form(h)), counter_(std::move(counter)) {
   const size_t n = size_t(h.n), k = size_t(h.k);
-  if (h.type == WeightType::W8) {
+  if (w8_layout()) {
     k_pad_ = h.k;
     const size_t q_bytes = n * k;
     scales_offset_ = (q_bytes + 255) / 256 * 256;

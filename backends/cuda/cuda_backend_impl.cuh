@@ -38,7 +38,9 @@ struct MemoryCounter {
 //   W8:  q (n, k) int8 row-major, then scales (n, k / kW8Group) fp16 row-major (at a 256-byte
 //        boundary). k is a multiple of 32, so every row of q starts 32-byte aligned.
 //   F16: (n, k_pad) fp16 row-major, rows padded with zeros to k_pad = k rounded up to 8, so that
-//        every row starts 16-byte aligned and is read in whole 16-byte vectors.
+//        every row starts 16-byte aligned and is read in whole 16-byte vectors. An F16 matrix that
+//        comes with its int8 form (HostMatrix) is kept in the W8 layout instead, and the kernels
+//        that read it rebuild each weight as fp16(q · scale): the fp16 values in half the bytes.
 class CudaMatrix final : public Matrix {
  public:
   CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter);
@@ -47,7 +49,9 @@ class CudaMatrix final : public Matrix {
   const int8_t* q() const { return static_cast<const int8_t*>(mem_.get()); }
   const __half* scales() const { return reinterpret_cast<const __half*>(static_cast<const char*>(mem_.get()) + scales_offset_); }
   const __half* f16() const { return static_cast<const __half*>(mem_.get()); }
-  int64_t k_pad() const { return k_pad_; }  // F16 row stride in values; k for W8
+  int64_t k_pad() const { return k_pad_; }  // F16 row stride in values; k in the W8 layout
+  // q and scales hold the weights: a W8 matrix, or an F16 one in its int8 form (f16_as_w8).
+  bool w8_layout() const { return type() == WeightType::W8 || f16_as_w8(); }
 
  private:
   DeviceMemory mem_;
@@ -194,6 +198,7 @@ class CudaBackend final : public Backend {
   void wait_host_areas();       // waits for areas_done_ when it is pending
   // Prefill matmul with the rmsnorm prologue: the normalised fp16 rows, (m, k). Grown on demand.
   DeviceMemory norm_x16_;
+  DeviceMemory swiglu_y_;  // matmul_m1's SwiGLU product when the epilogue runs as its own kernel
   // Short-prompt matmul split over k: (kSmallCounters) uint32 arrival counters, zero between
   // launches, then the blocks' partial sums. Grown on demand (prefill only).
   DeviceMemory small_partials_;

@@ -194,6 +194,26 @@ __device__ __forceinline__ float dot_i8x4(uint32_t w, float4 x, float d) {
   return d;
 }
 
+// Σ w[i]·x[i] over the 4 weights fp16(q[i] · s) of an F16 matrix in its int8 form (HostMatrix):
+// byte b, made unsigned by flipping its top bit, is placed in the low mantissa bits of the fp16 1024,
+// which gives 1024 + (b + 128) exactly; one subtract of 1152 leaves q, and one fp16 multiply by s
+// rounds the exact product once, as the conversion of the matrix to fp16 did. The sums are fp32.
+__device__ __forceinline__ float dot_i8x4_as_f16(uint32_t w, __half2 s, float4 x, float d) {
+  const uint32_t u = w ^ 0x80808080u;
+  const __half2 bias = __half2half2(__ushort_as_half(0x6480));  // 1152
+  __half2 lo, hi;
+  const uint32_t lo_bits = __byte_perm(u, 0x64646464u, 0x4140), hi_bits = __byte_perm(u, 0x64646464u, 0x4342);
+  memcpy(&lo, &lo_bits, 4);
+  memcpy(&hi, &hi_bits, 4);
+  const float2 a = __half22float2(__hmul2(__hsub2(lo, bias), s));
+  const float2 b = __half22float2(__hmul2(__hsub2(hi, bias), s));
+  d = fmaf(a.x, x.x, d);
+  d = fmaf(a.y, x.y, d);
+  d = fmaf(b.x, x.z, d);
+  d = fmaf(b.y, x.w, d);
+  return d;
+}
+
 // A GEMV's x in shared memory, as fp32, in units of 4 values: unit (c, j) holds x[c·V + 4j .. + 3] for
 // weight vector c (V = 16 values for W8, 8 for F16). A lane reads the units of vectors 32 apart from
 // its neighbours', so without care the 8 lanes of a quarter-warp would hit the same bank group;

@@ -1,5 +1,5 @@
 // Embedding lookup: out[i] = row ids[i] of the table as fp32 (exact: int8 · fp16 scale fits in
-// fp32, and fp16 widens exactly).
+// fp32, and fp16 widens exactly; an F16 table in its int8 form rounds that product to fp16 first).
 //
 //   embedding_kernel  one block per id (the id is read from backend memory, so a captured decode
 //                     step looks up whatever token the step uploaded, or, for a prompt's first
@@ -19,8 +19,9 @@ namespace {
 constexpr int kEmbThreads = 256;
 
 struct EmbeddingArgs {
-  const int8_t* q = nullptr;       // W8: (n_vocab, n_embd)
-  const __half* scales = nullptr;  // W8: (n_vocab, n_embd / 32)
+  const int8_t* q = nullptr;       // W8 layout: (n_vocab, n_embd)
+  const __half* scales = nullptr;  // W8 layout: (n_vocab, n_embd / 32)
+  bool as_f16 = false;             // W8 layout of an F16 table: each value is fp16(q · scale)
   const __half* w16 = nullptr;     // F16: (n_vocab, k_pad)
   int64_t n_vocab = 0;
   int n_embd = 0, k_pad = 0;
@@ -33,13 +34,17 @@ struct EmbeddingArgs {
 
 constexpr int kEmbBatch = 2;  // 16-byte vectors per thread requested at once
 
-// Writes the `count` values of one vector of the row (16 int8 times `scale`, or 8 fp16) from out[0].
-__device__ __forceinline__ void write_vector(uint4 v, bool w8, float scale, float* out, int count) {
+// Writes the `count` values of one vector of the row (16 int8 times `scale`, rounded to fp16 with
+// as_f16, or 8 fp16) from out[0].
+__device__ __forceinline__ void write_vector(uint4 v, bool w8, bool as_f16, float scale, float* out, int count) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   float vals[16];
   if (w8) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) vals[i] = float(int8_t(words[i / 4] >> (8 * (i % 4)))) * scale;
+    for (int i = 0; i < 16; ++i) {
+      const float exact = float(int8_t(words[i / 4] >> (8 * (i % 4)))) * scale;  // int8 · fp16: exact in fp32
+      vals[i] = as_f16 ? round_half(exact) : exact;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -84,7 +89,7 @@ __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const EmbeddingA
 #pragma unroll
     for (int i = 0; i < kEmbBatch; ++i) {
       const int c = base + i * kEmbThreads + int(threadIdx.x);
-      if (c < vecs) write_vector(v[i], w8, s[i], o + c * width, min(width, a.n_embd - c * width));
+      if (c < vecs) write_vector(v[i], w8, a.as_f16, s[i], o + c * width, min(width, a.n_embd - c * width));
     }
   }
 }
@@ -99,7 +104,8 @@ void CudaBackend::embedding(const EmbeddingDesc& d) {
   CUDA_REQUIRE(d.ids || d.m <= kEmbeddingHostIds, "embedding",
                "at most " + std::to_string(kEmbeddingHostIds) + " host ids");
   EmbeddingArgs a;
-  const bool w8 = t.type() == WeightType::W8;
+  const bool w8 = t.w8_layout();
+  a.as_f16 = t.f16_as_w8();
   a.q = w8 ? t.q() : nullptr;
   a.scales = w8 ? t.scales() : nullptr;
   a.w16 = w8 ? nullptr : t.f16();

@@ -36,6 +36,12 @@
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
+//   fp16_matmul_m1_int8_form  an F16 matrix kept in its int8 form (HostMatrix: the lm_head converted
+//                    from Q8_0 blocks), in the W8 layout: each weight is rebuilt as fp16(q · s) by one
+//                    fp16 multiply (dot_i8x4_as_f16), the fp16 lm_head's values bit for bit, summed in
+//                    fp32. A warp takes two consecutive rows, so that rows half as long as fp16 ones
+//                    keep as many bytes in flight per warp. On an H200 the lm_head then takes 54.6
+//                    against 66.9 µs in the decode chain (one row a warp: 61.0).
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
@@ -188,6 +194,7 @@ struct GemvArgs {
   __half* out16 = nullptr;         // SwiGLU: (n / 2)
   bool accumulate = false;
   RopeAppendArgs rope;             // rope epilogue: pos is a scalar
+  int weight_rows = 0;             // n (two rows a warp: the int8 form's kernels)
   int32_t* argmax = nullptr;       // scalar, or null: no argmax epilogue
   ArgmaxWorkspace argmax_ws;
   int32_t* argmax_advance = nullptr;  // (2) or null: see ArgmaxDesc
@@ -293,33 +300,36 @@ struct GemvBatch {
   __half scale[kRows][kBatch];  // W8 group scale of each vector
 };
 
-// Weight row r of output row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row (r = 1).
+// Weight row r of a warp's row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row
+// (r = 1); with kTwo (two rows a warp, the int8 form's kernels) rows 2·row and 2·row + 1.
+template <bool kTwo = false>
 __device__ __forceinline__ int64_t weight_row(const GemvArgs& a, int row, int r) {
-  return row + int64_t(r) * a.pair_offset;
+  return kTwo ? 2 * int64_t(row) + r : row + int64_t(r) * a.pair_offset;
 }
 
 // Vector c of batch b for a lane: c = first + step · (b · kBatch + i), i < kBatch. Rows past the
 // last and vectors past the row's end read nothing and count as zeros.
-template <bool kW8, int kRows, int kBatch>
+template <bool kW8, int kRows, int kBatch, bool kTwo = false>
 __device__ __forceinline__ void gemv_load(const GemvArgs& a, int row, int batch, int first, int step,
                                           GemvBatch<kRows, kBatch>& r) {
   const int c0 = first + step * batch * kBatch;
 #pragma unroll
   for (int p = 0; p < kRows; ++p) {
-    const int64_t wrow = weight_row(a, row, p);
+    const int64_t wrow = weight_row<kTwo>(a, row, p);
     const uint4* wv = kW8 ? reinterpret_cast<const uint4*>(a.q + wrow * a.k) : reinterpret_cast<const uint4*>(a.w16 + wrow * a.k_pad);
     const __half* sv = kW8 ? a.scales + wrow * (a.k / kW8Group) : nullptr;
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int c = c0 + step * i;
-      const bool ok = row < a.rows && c < a.chunks;
+      const bool ok = row < a.rows && (!kTwo || wrow < a.weight_rows) && c < a.chunks;
       r.w[p][i] = ok ? __ldcs(wv + c) : make_uint4(0u, 0u, 0u, 0u);
       if constexpr (kW8) r.scale[p][i] = ok ? __ldcs(sv + (c >> 1)) : __ushort_as_half(0);
     }
   }
 }
 
-template <bool kW8, int kRows, int kBatch>
+// kAsF16: the W8 layout of an F16 matrix in its int8 form; each weight is rebuilt as fp16(q · s).
+template <bool kW8, int kRows, int kBatch, bool kAsF16 = false>
 __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4* xs, int batch, int first,
                                                 int step, const GemvBatch<kRows, kBatch>& r,
                                                 float (&acc)[kRows]) {
@@ -327,7 +337,17 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
   for (int i = 0; i < kBatch; ++i) {
     const int c = first + step * (batch * kBatch + i);
     if (c < a.chunks) {
-      if constexpr (kW8) {
+      if constexpr (kAsF16) {
+#pragma unroll
+        for (int p = 0; p < kRows; ++p) {
+          const __half2 s = __half2half2(r.scale[p][i]);
+          const uint4 w = r.w[p][i];
+          float d = dot_i8x4_as_f16(w.x, s, xs[x_unit<true>(c, 0)], acc[p]);
+          d = dot_i8x4_as_f16(w.y, s, xs[x_unit<true>(c, 1)], d);
+          d = dot_i8x4_as_f16(w.z, s, xs[x_unit<true>(c, 2)], d);
+          acc[p] = dot_i8x4_as_f16(w.w, s, xs[x_unit<true>(c, 3)], d);
+        }
+      } else if constexpr (kW8) {
         // One 4-value unit of x at a time, used by every row: few registers besides the weights.
         float d[kRows];
         float4 x = xs[x_unit<true>(c, 0)];
@@ -359,18 +379,29 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
 
 // The values the epilogue of a row adds (bias, and y when accumulating), requested when the row
 // starts so that they arrive while it is computed. Only the writing thread loads them.
-template <int kRows>
+template <int kRows, bool kTwo = false>
 struct GemvEpilogueInputs {
   float bias[kRows];
-  float y;
+  float y[kTwo ? 2 : 1];
 };
 
-template <int kRows>
-__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
+template <int kRows, bool kTwo = false>
+__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer,
+                                                     GemvEpilogueInputs<kRows, kTwo>& e) {
   const bool mine = writer && row < a.rows;
+  if constexpr (kTwo) {
 #pragma unroll
-  for (int p = 0; p < kRows; ++p) e.bias[p] = mine && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
-  e.y = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
+    for (int p = 0; p < 2; ++p) {
+      const int64_t wrow = weight_row<true>(a, row, p);
+      const bool in = mine && wrow < a.weight_rows;
+      e.bias[p] = in && a.bias ? a.bias[wrow] : 0.f;
+      e.y[p] = in && a.accumulate ? a.y[wrow] : 0.f;
+    }
+  } else {
+#pragma unroll
+    for (int p = 0; p < kRows; ++p) e.bias[p] = mine && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
+    e.y[0] = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
+  }
 }
 
 // Adds up a row's sums (lanes, then slices in order) into the value of its warp's lane 0 (of slice
@@ -400,13 +431,23 @@ __device__ __forceinline__ void gemv_reduce(const GemvArgs& a, int warp, int sli
 
 // Writes a row's output: y (+ bias, + y when accumulating), or the SwiGLU value; offers y to the
 // argmax epilogue's candidate.
-template <int kRows>
+template <int kRows, bool kTwo = false>
 __device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const float (&v)[kRows],
-                                           const GemvEpilogueInputs<kRows>& e, ArgmaxCandidate& best) {
+                                           const GemvEpilogueInputs<kRows, kTwo>& e, ArgmaxCandidate& best) {
   if (row >= a.rows) return;
-  if constexpr (kRows == 1) {
+  if constexpr (kTwo) {
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {  // in row order, as the argmax epilogue needs
+      const int wrow = int(weight_row<true>(a, row, p));
+      if (wrow >= a.weight_rows) break;
+      const float r = v[p] + e.bias[p];
+      const float out = a.accumulate ? e.y[p] + r : r;
+      a.y[wrow] = out;
+      best.offer(out, wrow);
+    }
+  } else if constexpr (kRows == 1) {
     const float r = v[0] + e.bias[0];
-    const float out = a.accumulate ? e.y + r : r;
+    const float out = a.accumulate ? e.y[0] + r : r;
     a.y[row] = out;
     best.offer(out, row);
   } else {
@@ -455,9 +496,13 @@ constexpr int kNarrowStageBatch = 3;
 // of registers holds the next batch, requested before the current one is used, so that a warp with
 // several rows or batches always has weights in flight; variants that hold more than 4 vectors per
 // lane (down: one row per warp, all of it in one batch) need no second set.
-template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm>
+// kAsF16: an F16 matrix in its int8 form (W8 layout, each weight rebuilt as fp16(q · s)); a warp
+// takes two consecutive rows (kTwo), so that with rows half as long as fp16 ones it keeps as many
+// bytes in flight as the F16 kernel.
+template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm, bool kAsF16 = false>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
-  constexpr int kRows = kPair ? 2 : 1;
+  constexpr bool kTwo = kAsF16;
+  constexpr int kRows = kPair || kTwo ? 2 : 1;
   constexpr bool kNarrow = kGemvNarrow<kW8, kPair, kBatch, kRope, kNorm>;
   constexpr bool kPrefetch = kRows * kBatch <= 4 && !kNarrow;
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
@@ -479,7 +524,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
                   : block_row + warp / a.slices;  // the warp's output row
 
   GemvBatch<kRows, kBatch> w;
-  gemv_load<kW8>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
+  gemv_load<kW8, kRows, kBatch, kTwo>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
   double freq = 0.0;
   if (kRope && threadIdx.x < kRopePairs) {
     const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
@@ -487,11 +532,11 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta);
   }
   const bool writer = slice == 0 && lane == 0;
-  GemvEpilogueInputs<kRows> epi;
+  GemvEpilogueInputs<kRows, kTwo> epi;
   grid_dependency_wait();
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
-  gemv_epilogue_inputs<kRows>(a, row, writer, epi);  // in flight while x is staged
+  gemv_epilogue_inputs<kRows, kTwo>(a, row, writer, epi);  // in flight while x is staged
   stage_x<kW8, kNorm, kNarrow ? kNarrowStageBatch : kStageBatch>(a, xs);
   __syncthreads();
 
@@ -506,12 +551,12 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     if constexpr (kPrefetch) {
       if (it + 1 < total) {
         const bool new_row = batch + 1 == n_batches;
-        gemv_load<kW8>(a, new_row ? row + row_step : row, new_row ? 0 : batch + 1, first, step, next);
+        gemv_load<kW8, kRows, kBatch, kTwo>(a, new_row ? row + row_step : row, new_row ? 0 : batch + 1, first, step, next);
       }
     } else if (it > 0) {
-      gemv_load<kW8>(a, row, batch, first, step, w);
+      gemv_load<kW8, kRows, kBatch, kTwo>(a, row, batch, first, step, w);
     }
-    if (row < a.rows) gemv_accumulate<kW8>(a, xs, batch, first, step, w, acc);
+    if (row < a.rows) gemv_accumulate<kW8, kRows, kBatch, kAsF16>(a, xs, batch, first, step, w, acc);
     if constexpr (kPrefetch) w = next;
     if (++batch < n_batches) continue;
 
@@ -522,13 +567,13 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
       __syncthreads();
       gemv_rope_write(a, rope_vals, freq, pos);
     } else if (writer) {
-      gemv_write<kRows>(a, row, v, epi, best);
+      gemv_write<kRows, kTwo>(a, row, v, epi, best);
     }
     batch = 0;
     row += row_step;
 #pragma unroll
     for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
-    if (it + 1 < total) gemv_epilogue_inputs<kRows>(a, row, writer, epi);
+    if (it + 1 < total) gemv_epilogue_inputs<kRows, kTwo>(a, row, writer, epi);
   }
   if constexpr (!kPair && !kRope) {
     if (a.argmax) {
@@ -551,6 +596,13 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   __global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) fp16_matmul_m1##suffix(const GemvArgs a) { \
     gemv<false, pair, kBatch, rope, norm>(a);                                                    \
   }
+// F16 matrices in their int8 form (the lm_head's forms: plain and with the rmsnorm prologue; other
+// epilogues run as kernels of their own after the plain product).
+#define TLLM_GEMV_INT8_FORM_KERNELS(suffix, norm)                                                         \
+  template <int kBatch>                                                                                 \
+  __global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) fp16_matmul_m1_int8_form##suffix(const GemvArgs a) { \
+    gemv<true, false, kBatch, false, norm, true>(a);                                                     \
+  }
 // 64 registers a thread (32 warps per multiprocessor), the narrow kernel 48.
 #define TLLM_GEMV_BOUNDS __launch_bounds__(32 * kGemvMaxWarps, 1)
 #define TLLM_GEMV_PLAIN_BOUNDS __maxnreg__(kGemvPlainRegs<kBatch>)
@@ -560,7 +612,10 @@ TLLM_GEMV_KERNELS(_swiglu, true, false, false, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rmsnorm_swiglu, true, false, true, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rope, false, true, false, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rmsnorm_rope, false, true, true, TLLM_GEMV_BOUNDS)
+TLLM_GEMV_INT8_FORM_KERNELS(, false)
+TLLM_GEMV_INT8_FORM_KERNELS(_rmsnorm, true)
 #undef TLLM_GEMV_KERNELS
+#undef TLLM_GEMV_INT8_FORM_KERNELS
 #undef TLLM_GEMV_BOUNDS
 #undef TLLM_GEMV_PLAIN_BOUNDS
 
@@ -590,6 +645,19 @@ GemvKernel gemv_kernel(bool w8, MatmulEpilogue e, bool norm, int batch) {
   if (batch <= 2) return gemv_kernel_of<2>(w8, e, norm);
   if (batch <= 4) return gemv_kernel_of<4>(w8, e, norm);
   return gemv_kernel_of<8>(w8, e, norm);
+}
+
+// The kernel for an F16 matrix in its int8 form: no fused epilogue; two rows a warp, so the plan
+// gives at most 4 vectors per lane and row (as for SwiGLU's pairs).
+GemvKernel gemv_int8_form_kernel(bool norm, int batch) {
+  if (batch <= 2) return norm ? fp16_matmul_m1_int8_form_rmsnorm<2> : fp16_matmul_m1_int8_form<2>;
+  return norm ? fp16_matmul_m1_int8_form_rmsnorm<4> : fp16_matmul_m1_int8_form<4>;
+}
+
+// The kernel for matrix w: its layout, the epilogue (none for the int8 form), prologue and batch.
+GemvKernel gemv_kernel(const CudaMatrix& w, MatmulEpilogue e, bool norm, int batch) {
+  if (w.f16_as_w8()) return e == MatmulEpilogue::None ? gemv_int8_form_kernel(norm, batch) : nullptr;
+  return gemv_kernel(w.type() == WeightType::W8, e, norm, batch);
 }
 
 // Launch shape of matmul_m1 for a matrix (see the top of the file).
@@ -622,7 +690,7 @@ GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t max_warps) {
 
 // Shared memory of the staged x: one fp32 per value of a padded row.
 size_t gemv_smem(const CudaMatrix& w) {
-  return size_t(w.type() == WeightType::W8 ? w.k() : w.k_pad()) * sizeof(float);
+  return size_t(w.w8_layout() ? w.k() : w.k_pad()) * sizeof(float);
 }
 
 // ---- prefill: tensor-core matmul ----------------------------------------------------------------
@@ -1746,7 +1814,7 @@ void check_matmul(const MatmulDesc& d, const CudaMatrix& w, const char* op) {
 // their row length, and where the outputs go.
 template <class Args>
 void set_matmul_args(Args& a, const MatmulDesc& d, const CudaMatrix& w) {
-  const bool w8 = w.type() == WeightType::W8;
+  const bool w8 = w.w8_layout();
   a.q = w8 ? w.q() : nullptr;
   a.scales = w8 ? w.scales() : nullptr;
   a.w16 = w8 ? nullptr : w.f16();
@@ -1784,11 +1852,10 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
   CUDA_REQUIRE(smem <= smem_optin_, "upload_matrix",
                "k = " + std::to_string(w.k()) + " needs " + std::to_string(smem) +
                    " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(smem_optin_));
-  const bool w8 = w.type() == WeightType::W8;
   for (MatmulEpilogue e : {MatmulEpilogue::None, MatmulEpilogue::SwiGLU, MatmulEpilogue::QkvRopeAppend}) {
     for (int batch : {2, 4, 8}) {
       for (bool norm : {false, true}) {
-        if (const GemvKernel k = gemv_kernel(w8, e, norm, batch))
+        if (const GemvKernel k = gemv_kernel(w, e, norm, batch))
           CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
       }
     }
@@ -1796,13 +1863,16 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
 }
 
 bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
-  const bool w8 = w.type() == WeightType::W8;
+  const bool w8 = w.w8_layout();
   const bool pair = d.epilogue == MatmulEpilogue::SwiGLU;
   GemvArgs a;
   set_matmul_args(a, d, w);
   a.chunks = w8 ? a.k / 16 : a.k_pad / 8;
-  a.rows = int(pair ? w.n() / 2 : w.n());
+  // A warp's rows: n, or n / 2 SwiGLU pairs, or n / 2 pairs of rows for the int8 form (kTwo).
+  const bool two = w.f16_as_w8();
+  a.rows = int(pair ? w.n() / 2 : two ? (w.n() + 1) / 2 : w.n());
   a.pair_offset = pair ? a.rows : 0;
+  a.weight_rows = int(w.n());
   a.x = reinterpret_cast<const __half*>(d.x);
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
@@ -1811,12 +1881,13 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
 
   const size_t smem = gemv_smem(w);
   const bool norm = d.norm_x != nullptr;
-  const GemvKernel probe = gemv_kernel(w8, d.epilogue, norm, 2);
+  const GemvKernel probe = gemv_kernel(w, d.epilogue, norm, 2);
+  if (!probe) return false;
   // Blocks of a size that the GPU holds at once: every weight is requested before the wait.
   const auto max_blocks = [&](int warps) {
     return int64_t(resident_blocks(reinterpret_cast<const void*>(probe), 32 * warps, smem)) * sm_count_;
   };
-  GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
+  GemvPlan plan = gemv_plan(a.rows, a.chunks, pair || two, max_blocks(8) * 8);
   a.slices = plan.slices;
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
   int64_t blocks = std::min(ceil_div(a.rows, plan.warps / plan.slices), max_blocks(plan.warps));
@@ -1833,7 +1904,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     a.argmax_ws = argmax_workspace();
     a.argmax_advance = d.argmax_advance;
   }
-  launch(gemv_kernel(w8, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(32 * plan.warps), smem, a);
+  launch(gemv_kernel(w, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(32 * plan.warps), smem, a);
   return true;
 }
 
@@ -1972,6 +2043,19 @@ void CudaBackend::matmul_m1(const MatmulDesc& d) {
   plain.epilogue = MatmulEpilogue::None;
   plain.argmax = nullptr;
   plain.argmax_advance = nullptr;
+  if (d.epilogue == MatmulEpilogue::SwiGLU) {
+    // [gate | up] into a workspace, then silu(gate) · up (an F16 matrix in its int8 form).
+    grow_workspace(swiglu_y_, size_t(w.n()) * sizeof(float), "matmul_m1 (SwiGLU)");
+    plain.y = swiglu_y_.as<float>();
+    matmul_m1_kernel(plain, w);
+    SiluMulDesc s;
+    s.gate = plain.y;
+    s.up = plain.y + w.n() / 2;
+    s.out = d.out16;
+    s.n = w.n() / 2;
+    silu_mul(s);
+    return;
+  }
   matmul_m1_kernel(plain, w);
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) rope_epilogue(d);
   if (d.argmax) {
@@ -1998,6 +2082,22 @@ void CudaBackend::matmul(const MatmulDesc& d) {
   CUDA_REQUIRE(d.m < (int64_t(1) << 22), "matmul", "m is too large");
   if (d.m == 1) {
     matmul_m1(d);
+    return;
+  }
+  if (w.f16_as_w8()) {
+    // The prefill kernels read fp16 or W8 weights, not this form (the lm_head's, which sees one
+    // row at a time): its rows go through the GEMV one by one.
+    const int64_t k = w.k(), n = w.n();
+    for (int64_t i = 0; i < d.m; ++i) {
+      MatmulDesc r = d;
+      r.m = 1;
+      if (d.x) r.x = d.x + i * k;
+      if (d.norm_x) r.norm_x = d.norm_x + i * k;
+      if (d.y) r.y = d.y + i * n;
+      if (d.out16) r.out16 = d.out16 + i * (n / 2);
+      if (d.rope.pos) r.rope.pos = d.rope.pos + i;
+      matmul_m1(r);
+    }
     return;
   }
   if (d.m <= kSmallMaxM && matmul_small_kernel(d, w)) return;

@@ -180,6 +180,38 @@ TEST(ConvertF16, RoundsEachValueToHalf) {
   EXPECT_TRUE(w.q.empty());
 }
 
+// From Q8_0 the FP16 matrix also carries the blocks' int8 values and scales (HostMatrix's int8
+// form): each fp16 value is fp16(q · scale), and the view hands both forms on. Appending rows keeps
+// the form only where both parts have it.
+TEST(ConvertF16, Q8_0CarriesItsInt8Form) {
+  const int64_t k = 96, n = 70;
+  const OwnedTensor t = make_tensor("token_embd.weight", GgmlType::Q8_0, {k, n}, noise(size_t(k * n), 14, 0.1f));
+  const HostWeights w = convert_f16(t.info);
+  const std::vector<float> ref = dequantize_tensor(t.info);
+  ASSERT_EQ(w.q.size(), size_t(n * k));
+  ASSERT_EQ(w.scales.size(), size_t(n * k / kW8Group));
+  for (size_t i = 0; i < ref.size(); ++i) {
+    ASSERT_EQ(w.f16[i], float_to_half(ref[i])) << i;
+    ASSERT_EQ(w.f16[i], float_to_half(float(w.q[i]) * half_to_float(w.scales[i / kW8Group]))) << i;
+  }
+  const HostMatrix m = w.view();
+  EXPECT_EQ(m.f16, w.f16.data());
+  EXPECT_EQ(m.q, w.q.data());
+  EXPECT_EQ(m.scales, w.scales.data());
+
+  HostWeights both = w;
+  both.append_rows(w);
+  EXPECT_EQ(both.q.size(), size_t(2 * n * k));
+  EXPECT_EQ(both.scales.size(), size_t(2 * n * k / kW8Group));
+  HostWeights mixed = w;
+  mixed.append_rows(convert_f16(make_tensor("w", GgmlType::F32, {k, 2}, noise(size_t(2 * k), 15, 0.1f)).info));
+  EXPECT_EQ(mixed.n, n + 2);
+  EXPECT_EQ(mixed.f16.size(), size_t((n + 2) * k));
+  EXPECT_TRUE(mixed.q.empty());
+  EXPECT_TRUE(mixed.scales.empty());
+  EXPECT_EQ(mixed.view().q, nullptr);
+}
+
 TEST(DequantizeTensor, AnyShapeAndType) {
   const std::vector<float> v = noise(2 * 3 * 64, 11, 2.0f);
   const OwnedTensor t3 = make_tensor("t", GgmlType::F16, {64, 3, 2}, v);

@@ -56,6 +56,9 @@ std::vector<float> to_float(const std::vector<double>& x);
 HostWeights random_w8(Rng& rng, int64_t n, int64_t k, float scale_lo = 0.002f, float scale_hi = 0.02f);
 // F16 with values uniform in [-amp, amp].
 HostWeights random_f16(Rng& rng, int64_t n, int64_t k, float amp = 0.1f);
+// An F16 matrix with its int8 form (HostMatrix), as one converted from Q8_0 blocks: random q and
+// fp16 scales in [scale_lo, scale_hi], each value fp16(q · scale). k is a multiple of kW8Group.
+HostWeights random_f16_int8_form(Rng& rng, int64_t n, int64_t k, float scale_lo = 0.0005f, float scale_hi = 0.002f);
 // Small integers in [-qmax, qmax] (W8 with every scale 1, or F16): with integer activations every
 // product and partial sum is an integer below 2^24, so any summation order gives the exact result.
 HostWeights integer_w8(Rng& rng, int64_t n, int64_t k, int qmax);

@@ -86,6 +86,15 @@ TEST_P(EmbeddingTest, F16) {
   check(random_f16(rng, 5, 3, 1.0f), {4, 2});  // a row narrower than any vector width
 }
 
+// An F16 table with its int8 form (HostMatrix; kept in that form on CUDA): the rows are the fp16
+// values bit for bit, normal and subnormal ones, and a row wider than one batch of reads.
+TEST_P(EmbeddingTest, F16Int8Form) {
+  Rng rng(605);
+  check(random_f16_int8_form(rng, 1000, 896), {0, 999, 17, 17, 500});
+  check(random_f16_int8_form(rng, 40, 64, 1e-7f, 1e-6f), {39, 0, 7});
+  check(random_f16_int8_form(rng, 3, 8224), {2, 0, 1});
+}
+
 // Rows wider than one batch of the CUDA kernel's reads (4,096 W8 or 2,048 F16 values), one ending
 // in a part-filled vector, with output rows that are not 16-byte aligned.
 TEST_P(EmbeddingTest, WideRows) {

@@ -60,6 +60,22 @@ class MatmulTest : public OpsTest {
     return download<float>(y);
   }
 
+  // matmul_m1 with the argmax epilogue (m = 1, bias, no accumulation): y and the index.
+  std::pair<std::vector<float>, int32_t> run_argmax(const MatmulInputs& in) {
+    auto w = be().upload_matrix(in.w.view());
+    Buffer x = upload(in.x), bias = upload(in.bias);
+    Buffer y = alloc<float>(size_t(in.w.n));
+    Buffer idx = upload(std::vector<int32_t>{-7});
+    MatmulDesc d;
+    d.w = w.get();
+    d.x = x.as<half_t>();
+    d.bias = bias.as<float>();
+    d.y = y.as<float>();
+    d.argmax = idx.as<int32_t>();
+    be().matmul_m1(d);
+    return {download<float>(y), download<int32_t>(idx)[0]};
+  }
+
   // Runs the case and compares it with the reference under the accumulation tolerance.
   void check(const MatmulInputs& in, bool m1) {
     const int64_t n = in.w.n, k = in.w.k;
@@ -218,19 +234,7 @@ TEST_P(MatmulTest, ArgmaxEpilogue) {
     for (const Shape& sh : shapes) {
       MatmulInputs in = random_inputs(rng, type, 1, sh.n, sh.k, true, false);
       for (int tie = 0; tie < 2; ++tie) {
-        auto w = be().upload_matrix(in.w.view());
-        Buffer x = upload(in.x), bias = upload(in.bias);
-        Buffer y = alloc<float>(size_t(sh.n));
-        Buffer idx = upload(std::vector<int32_t>{-7});
-        MatmulDesc d;
-        d.w = w.get();
-        d.x = x.as<half_t>();
-        d.bias = bias.as<float>();
-        d.y = y.as<float>();
-        d.argmax = idx.as<int32_t>();
-        be().matmul_m1(d);
-        const std::vector<float> got = download<float>(y);
-        const int32_t got_idx = download<int32_t>(idx)[0];
+        const auto [got, got_idx] = run_argmax(in);
         const std::string what = std::string(weight_type_name(type)) + " n=" + std::to_string(sh.n) +
                                  " k=" + std::to_string(sh.k) + (tie ? " (tied rows)" : "");
         EXPECT_TRUE(all_equal(got, run(in, true))) << what << ": y";
@@ -251,6 +255,54 @@ TEST_P(MatmulTest, ArgmaxEpilogue) {
         in.bias[size_t(earlier)] = in.bias[size_t(best)];
       }
     }
+  }
+}
+
+// An F16 matrix that comes with its int8 form (HostMatrix), which a backend may keep instead of the
+// fp16 values (CUDA does: Matrix::f16_as_w8), is the same matrix as its fp16 values. With a one-hot
+// x, y is one column of it (one product with 1.0), so every weight the backend rebuilds must be its
+// fp16 value bit for bit, for normal fp16 products and for subnormal ones (scales down to 1e-7, of
+// which many are subnormal themselves). Random x matches the reference as the F16 cases do, at one
+// row and at several; the argmax epilogue picks the first maximum of the backend's own y.
+TEST_P(MatmulTest, F16Int8Form) {
+  Rng rng(133);
+  const std::pair<float, float> scale_ranges[] = {{0.0005f, 0.002f}, {1e-7f, 1e-6f}};
+  for (const auto& [lo, hi] : scale_ranges) {
+    const int64_t n = 300, k = 96;
+    const HostWeights w = random_f16_int8_form(rng, n, k, lo, hi);
+    auto wm = be().upload_matrix(w.view());
+    const size_t w8_bytes = size_t(n * k) + size_t(n * k / kW8Group) * sizeof(half_t);
+    EXPECT_EQ(wm->stream_bytes(), wm->f16_as_w8() ? w8_bytes : size_t(n * k) * sizeof(half_t));
+    Buffer y = alloc<float>(size_t(n));
+    for (int64_t j : {0, 1, 15, 16, 31, 32, 95}) {
+      std::vector<half_t> x(size_t(k), half_t(0));
+      x[size_t(j)] = float_to_half(1.0f);
+      Buffer xb = upload(x);
+      MatmulDesc d;
+      d.w = wm.get();
+      d.x = xb.as<half_t>();
+      d.y = y.as<float>();
+      be().matmul_m1(d);
+      std::vector<float> want(static_cast<size_t>(n));
+      for (int64_t r = 0; r < n; ++r) want[size_t(r)] = half_to_float(w.f16[size_t(r * k + j)]);
+      EXPECT_TRUE(all_equal(download<float>(y), want)) << "column " << j << ", scales " << lo << ".." << hi;
+    }
+  }
+  for (const Shape& sh : {Shape{5000, 896}, Shape{7, 32}, Shape{33, 800}}) {
+    MatmulInputs in = random_inputs(rng, WeightType::F16, 1, sh.n, sh.k, true, false);
+    in.w = random_f16_int8_form(rng, sh.n, sh.k);
+    check(in, true);
+    for (int64_t m : {3, 30}) {
+      in.m = m;
+      in.x = random_halves(rng, size_t(m * sh.k), -1.0f, 1.0f);
+      in.y0 = random_floats(rng, size_t(m * sh.n), -2.0f, 2.0f);
+      check(in, false);
+    }
+    in.m = 1;
+    in.x = random_halves(rng, size_t(sh.k), -1.0f, 1.0f);
+    in.y0.clear();
+    const auto [y, idx] = run_argmax(in);
+    EXPECT_EQ(idx, ref::argmax(y)) << "argmax n=" << sh.n;
   }
 }
 
@@ -344,9 +396,13 @@ class MatmulFusedTest : public MatmulTest {
                                            << "SwiGLU m=" << f.m << " n_ff=" << n_ff << " k=" << k;
   }
 
-  Fused make(Rng& rng, WeightType type, int64_t m, int64_t n, int64_t k, bool norm, bool swiglu) {
+  // int8_form: an F16 matrix with its int8 form (see MatmulTest.F16Int8Form).
+  Fused make(Rng& rng, WeightType type, int64_t m, int64_t n, int64_t k, bool norm, bool swiglu,
+             bool int8_form = false) {
     Fused f;
-    f.w = type == WeightType::W8 ? random_w8(rng, n, k) : random_f16(rng, n, k);
+    f.w = type == WeightType::W8 ? random_w8(rng, n, k)
+          : int8_form            ? random_f16_int8_form(rng, n, k)
+                                 : random_f16(rng, n, k);
     f.m = m;
     if (norm) {
       f.norm_x = random_floats(rng, size_t(m * k), -3.0f, 3.0f);
@@ -367,6 +423,16 @@ TEST_P(MatmulFusedTest, RmsNormPrologue) {
     check_fused(make(rng, type, 1, 9, 96, true, false), false);
     check_fused(make(rng, type, 17, 9, 96, true, false), false);
   }
+}
+
+// The fusions on an F16 matrix in its int8 form (the lm_head's prologue, and on CUDA the others as
+// kernels of their own after the product), at one row and at several.
+TEST_P(MatmulFusedTest, F16Int8Form) {
+  Rng rng(205);
+  check_fused(make(rng, WeightType::F16, 1, 5000, 896, true, false, true), true);
+  check_fused(make(rng, WeightType::F16, 3, 9, 96, true, false, true), false);
+  check_fused(make(rng, WeightType::F16, 1, 2 * 33, 160, true, true, true), true);
+  check_fused(make(rng, WeightType::F16, 5, 2 * 33, 160, false, true, true), false);
 }
 
 TEST_P(MatmulFusedTest, SwiGlu) {
