@@ -85,7 +85,8 @@ class Matrix {
   int64_t k() const { return k_; }
   // An F16 matrix kept in its int8 form (HostMatrix): the values stay the fp16 ones.
   bool f16_as_w8() const { return f16_as_w8_; }
-  // Bytes one full read of the weights moves (what a GEMV streams): int8 + scales, or fp16.
+  // Bytes one full read of the weights moves (what a GEMV streams): int8 + scales (W8, or F16 kept
+  // in its int8 form), or fp16.
   size_t stream_bytes() const;
 
  protected:
