@@ -39,10 +39,10 @@ std::string describe(const Projection& p) {
   return std::string(p.name) + (fused.empty() ? "" : " (" + fused + ")");
 }
 
-// decode: matmul_m1 (m must be 1); otherwise matmul.
-OpFactory matmul_case(Projection p, WeightType type, int64_t m, bool decode) {
+// decode: matmul_m1 (m must be 1); otherwise matmul. int8_form: an F16 matrix with its int8 form.
+OpFactory matmul_case(Projection p, WeightType type, int64_t m, bool decode, bool int8_form = false) {
   return [=](Workspace& ws) {
-    const auto w = ws.matrices(type, p.n, p.k);
+    const auto w = ws.matrices(type, p.n, p.k, 4096, int8_form);
     MatmulDesc d;
     d.m = m;
     if (p.norm) {
@@ -80,6 +80,9 @@ void register_cases() {
     register_op("w8a16_matmul_m1", args({{"N", p.n}, {"K", p.k}}), matmul_case(p, WeightType::W8, 1, true));
   const Projection lm_head{"lm_head", kModel.n_vocab, kModel.n_embd, true, false, false, false};
   register_op("fp16_matmul_m1", args({{"N", lm_head.n}, {"K", lm_head.k}}), matmul_case(lm_head, WeightType::F16, 1, true));
+  // The lm_head as the model keeps one converted from Q8_0 (on CUDA: fp16_matmul_m1_int8_form).
+  register_op("fp16_matmul_m1_int8_form", args({{"N", lm_head.n}, {"K", lm_head.k}}),
+              matmul_case(lm_head, WeightType::F16, 1, true, true));
   for (int m : {64, 512})
     for (const Projection& p : projections())
       register_op("w8a16_matmul", args({{"M", m}, {"N", p.n}, {"K", p.k}}), matmul_case(p, WeightType::W8, m, false));
