@@ -194,24 +194,17 @@ __device__ __forceinline__ float dot_i8x4(uint32_t w, float4 x, float d) {
   return d;
 }
 
-// Σ w[i]·x[i] over the 4 weights fp16(q[i] · s) of an F16 matrix in its int8 form (HostMatrix):
-// byte b, made unsigned by flipping its top bit, is placed in the low mantissa bits of the fp16 1024,
-// which gives 1024 + (b + 128) exactly; one subtract of 1152 leaves q, and one fp16 multiply by s
-// rounds the exact product once, as the conversion of the matrix to fp16 did. The sums are fp32.
-__device__ __forceinline__ float dot_i8x4_as_f16(uint32_t w, __half2 s, float4 x, float d) {
-  const uint32_t u = w ^ 0x80808080u;
+// Two weights fp16(q · s) of an F16 matrix in its int8 form (HostMatrix), as a half2: bytes 0 and 1
+// (sel 0x4140) or 2 and 3 (sel 0x4342) of u, the int8 values with their top bits flipped. Each byte
+// is placed in the low mantissa bits of the fp16 1024, which gives 1024 + (q + 128) exactly; one
+// subtract of 1152 leaves q, and one fp16 multiply by s rounds the exact product once, as the
+// conversion of the matrix to fp16 did.
+__device__ __forceinline__ __half2 int8_pair_as_f16(uint32_t u, uint32_t sel, __half2 s) {
   const __half2 bias = __half2half2(__ushort_as_half(0x6480));  // 1152
-  __half2 lo, hi;
-  const uint32_t lo_bits = __byte_perm(u, 0x64646464u, 0x4140), hi_bits = __byte_perm(u, 0x64646464u, 0x4342);
-  memcpy(&lo, &lo_bits, 4);
-  memcpy(&hi, &hi_bits, 4);
-  const float2 a = __half22float2(__hmul2(__hsub2(lo, bias), s));
-  const float2 b = __half22float2(__hmul2(__hsub2(hi, bias), s));
-  d = fmaf(a.x, x.x, d);
-  d = fmaf(a.y, x.y, d);
-  d = fmaf(b.x, x.z, d);
-  d = fmaf(b.y, x.w, d);
-  return d;
+  const uint32_t bits = __byte_perm(u, 0x64646464u, sel);
+  __half2 h;
+  memcpy(&h, &bits, 4);
+  return __hmul2(__hsub2(h, bias), s);
 }
 
 // A GEMV's x in shared memory, as fp32, in units of 4 values: unit (c, j) holds x[c·V + 4j .. + 3] for

@@ -38,10 +38,13 @@
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
 //   fp16_matmul_m1_int8_form  an F16 matrix kept in its int8 form (HostMatrix: the lm_head converted
 //                    from Q8_0 blocks), in the W8 layout: each weight is rebuilt as fp16(q · s) by one
-//                    fp16 multiply (dot_i8x4_as_f16), the fp16 lm_head's values bit for bit, summed in
-//                    fp32. A warp takes two consecutive rows, so that rows half as long as fp16 ones
-//                    keep as many bytes in flight per warp. On an H200 the lm_head then takes 54.6
-//                    against 66.9 µs in the decode chain (one row a warp: 61.0).
+//                    fp16 multiply (int8_pair_as_f16), the fp16 lm_head's values bit for bit, and the
+//                    products are summed on tensor cores in fp32. A warp owns 16 rows and walks them
+//                    in steps of 128 values, each a 128-byte line of a row, with 4 steps in its
+//                    registers (128 registers a thread, two 8-warp blocks per multiprocessor). On an
+//                    H200 the lm_head takes 39.3 µs in the decode chain; the GEMV of the previous
+//                    form (two rows a warp on CUDA cores, 64 registers) took 54.9, 2 and 3 steps
+//                    in flight 45.7 and 44.5.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
@@ -194,7 +197,6 @@ struct GemvArgs {
   __half* out16 = nullptr;         // SwiGLU: (n / 2)
   bool accumulate = false;
   RopeAppendArgs rope;             // rope epilogue: pos is a scalar
-  int weight_rows = 0;             // n (two rows a warp: the int8 form's kernels)
   int32_t* argmax = nullptr;       // scalar, or null: no argmax epilogue
   ArgmaxWorkspace argmax_ws;
   int32_t* argmax_advance = nullptr;  // (2) or null: see ArgmaxDesc
@@ -300,36 +302,33 @@ struct GemvBatch {
   __half scale[kRows][kBatch];  // W8 group scale of each vector
 };
 
-// Weight row r of a warp's row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row
-// (r = 1); with kTwo (two rows a warp, the int8 form's kernels) rows 2·row and 2·row + 1.
-template <bool kTwo = false>
+// Weight row r of output row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row (r = 1).
 __device__ __forceinline__ int64_t weight_row(const GemvArgs& a, int row, int r) {
-  return kTwo ? 2 * int64_t(row) + r : row + int64_t(r) * a.pair_offset;
+  return row + int64_t(r) * a.pair_offset;
 }
 
 // Vector c of batch b for a lane: c = first + step · (b · kBatch + i), i < kBatch. Rows past the
 // last and vectors past the row's end read nothing and count as zeros.
-template <bool kW8, int kRows, int kBatch, bool kTwo = false>
+template <bool kW8, int kRows, int kBatch>
 __device__ __forceinline__ void gemv_load(const GemvArgs& a, int row, int batch, int first, int step,
                                           GemvBatch<kRows, kBatch>& r) {
   const int c0 = first + step * batch * kBatch;
 #pragma unroll
   for (int p = 0; p < kRows; ++p) {
-    const int64_t wrow = weight_row<kTwo>(a, row, p);
+    const int64_t wrow = weight_row(a, row, p);
     const uint4* wv = kW8 ? reinterpret_cast<const uint4*>(a.q + wrow * a.k) : reinterpret_cast<const uint4*>(a.w16 + wrow * a.k_pad);
     const __half* sv = kW8 ? a.scales + wrow * (a.k / kW8Group) : nullptr;
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int c = c0 + step * i;
-      const bool ok = row < a.rows && (!kTwo || wrow < a.weight_rows) && c < a.chunks;
+      const bool ok = row < a.rows && c < a.chunks;
       r.w[p][i] = ok ? __ldcs(wv + c) : make_uint4(0u, 0u, 0u, 0u);
       if constexpr (kW8) r.scale[p][i] = ok ? __ldcs(sv + (c >> 1)) : __ushort_as_half(0);
     }
   }
 }
 
-// kAsF16: the W8 layout of an F16 matrix in its int8 form; each weight is rebuilt as fp16(q · s).
-template <bool kW8, int kRows, int kBatch, bool kAsF16 = false>
+template <bool kW8, int kRows, int kBatch>
 __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4* xs, int batch, int first,
                                                 int step, const GemvBatch<kRows, kBatch>& r,
                                                 float (&acc)[kRows]) {
@@ -337,17 +336,7 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
   for (int i = 0; i < kBatch; ++i) {
     const int c = first + step * (batch * kBatch + i);
     if (c < a.chunks) {
-      if constexpr (kAsF16) {
-#pragma unroll
-        for (int p = 0; p < kRows; ++p) {
-          const __half2 s = __half2half2(r.scale[p][i]);
-          const uint4 w = r.w[p][i];
-          float d = dot_i8x4_as_f16(w.x, s, xs[x_unit<true>(c, 0)], acc[p]);
-          d = dot_i8x4_as_f16(w.y, s, xs[x_unit<true>(c, 1)], d);
-          d = dot_i8x4_as_f16(w.z, s, xs[x_unit<true>(c, 2)], d);
-          acc[p] = dot_i8x4_as_f16(w.w, s, xs[x_unit<true>(c, 3)], d);
-        }
-      } else if constexpr (kW8) {
+      if constexpr (kW8) {
         // One 4-value unit of x at a time, used by every row: few registers besides the weights.
         float d[kRows];
         float4 x = xs[x_unit<true>(c, 0)];
@@ -379,29 +368,18 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
 
 // The values the epilogue of a row adds (bias, and y when accumulating), requested when the row
 // starts so that they arrive while it is computed. Only the writing thread loads them.
-template <int kRows, bool kTwo = false>
+template <int kRows>
 struct GemvEpilogueInputs {
   float bias[kRows];
-  float y[kTwo ? 2 : 1];
+  float y;
 };
 
-template <int kRows, bool kTwo = false>
-__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer,
-                                                     GemvEpilogueInputs<kRows, kTwo>& e) {
+template <int kRows>
+__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
   const bool mine = writer && row < a.rows;
-  if constexpr (kTwo) {
 #pragma unroll
-    for (int p = 0; p < 2; ++p) {
-      const int64_t wrow = weight_row<true>(a, row, p);
-      const bool in = mine && wrow < a.weight_rows;
-      e.bias[p] = in && a.bias ? a.bias[wrow] : 0.f;
-      e.y[p] = in && a.accumulate ? a.y[wrow] : 0.f;
-    }
-  } else {
-#pragma unroll
-    for (int p = 0; p < kRows; ++p) e.bias[p] = mine && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
-    e.y[0] = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
-  }
+  for (int p = 0; p < kRows; ++p) e.bias[p] = mine && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
+  e.y = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
 }
 
 // Adds up a row's sums (lanes, then slices in order) into the value of its warp's lane 0 (of slice
@@ -431,23 +409,13 @@ __device__ __forceinline__ void gemv_reduce(const GemvArgs& a, int warp, int sli
 
 // Writes a row's output: y (+ bias, + y when accumulating), or the SwiGLU value; offers y to the
 // argmax epilogue's candidate.
-template <int kRows, bool kTwo = false>
+template <int kRows>
 __device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const float (&v)[kRows],
-                                           const GemvEpilogueInputs<kRows, kTwo>& e, ArgmaxCandidate& best) {
+                                           const GemvEpilogueInputs<kRows>& e, ArgmaxCandidate& best) {
   if (row >= a.rows) return;
-  if constexpr (kTwo) {
-#pragma unroll
-    for (int p = 0; p < 2; ++p) {  // in row order, as the argmax epilogue needs
-      const int wrow = int(weight_row<true>(a, row, p));
-      if (wrow >= a.weight_rows) break;
-      const float r = v[p] + e.bias[p];
-      const float out = a.accumulate ? e.y[p] + r : r;
-      a.y[wrow] = out;
-      best.offer(out, wrow);
-    }
-  } else if constexpr (kRows == 1) {
+  if constexpr (kRows == 1) {
     const float r = v[0] + e.bias[0];
-    const float out = a.accumulate ? e.y[0] + r : r;
+    const float out = a.accumulate ? e.y + r : r;
     a.y[row] = out;
     best.offer(out, row);
   } else {
@@ -496,13 +464,9 @@ constexpr int kNarrowStageBatch = 3;
 // of registers holds the next batch, requested before the current one is used, so that a warp with
 // several rows or batches always has weights in flight; variants that hold more than 4 vectors per
 // lane (down: one row per warp, all of it in one batch) need no second set.
-// kAsF16: an F16 matrix in its int8 form (W8 layout, each weight rebuilt as fp16(q · s)); a warp
-// takes two consecutive rows (kTwo), so that with rows half as long as fp16 ones it keeps as many
-// bytes in flight as the F16 kernel.
-template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm, bool kAsF16 = false>
+template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
-  constexpr bool kTwo = kAsF16;
-  constexpr int kRows = kPair || kTwo ? 2 : 1;
+  constexpr int kRows = kPair ? 2 : 1;
   constexpr bool kNarrow = kGemvNarrow<kW8, kPair, kBatch, kRope, kNorm>;
   constexpr bool kPrefetch = kRows * kBatch <= 4 && !kNarrow;
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
@@ -524,7 +488,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
                   : block_row + warp / a.slices;  // the warp's output row
 
   GemvBatch<kRows, kBatch> w;
-  gemv_load<kW8, kRows, kBatch, kTwo>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
+  gemv_load<kW8>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
   double freq = 0.0;
   if (kRope && threadIdx.x < kRopePairs) {
     const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
@@ -532,11 +496,11 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta);
   }
   const bool writer = slice == 0 && lane == 0;
-  GemvEpilogueInputs<kRows, kTwo> epi;
+  GemvEpilogueInputs<kRows> epi;
   grid_dependency_wait();
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
-  gemv_epilogue_inputs<kRows, kTwo>(a, row, writer, epi);  // in flight while x is staged
+  gemv_epilogue_inputs<kRows>(a, row, writer, epi);  // in flight while x is staged
   stage_x<kW8, kNorm, kNarrow ? kNarrowStageBatch : kStageBatch>(a, xs);
   __syncthreads();
 
@@ -551,12 +515,12 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     if constexpr (kPrefetch) {
       if (it + 1 < total) {
         const bool new_row = batch + 1 == n_batches;
-        gemv_load<kW8, kRows, kBatch, kTwo>(a, new_row ? row + row_step : row, new_row ? 0 : batch + 1, first, step, next);
+        gemv_load<kW8>(a, new_row ? row + row_step : row, new_row ? 0 : batch + 1, first, step, next);
       }
     } else if (it > 0) {
-      gemv_load<kW8, kRows, kBatch, kTwo>(a, row, batch, first, step, w);
+      gemv_load<kW8>(a, row, batch, first, step, w);
     }
-    if (row < a.rows) gemv_accumulate<kW8, kRows, kBatch, kAsF16>(a, xs, batch, first, step, w, acc);
+    if (row < a.rows) gemv_accumulate<kW8>(a, xs, batch, first, step, w, acc);
     if constexpr (kPrefetch) w = next;
     if (++batch < n_batches) continue;
 
@@ -567,13 +531,13 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
       __syncthreads();
       gemv_rope_write(a, rope_vals, freq, pos);
     } else if (writer) {
-      gemv_write<kRows, kTwo>(a, row, v, epi, best);
+      gemv_write<kRows>(a, row, v, epi, best);
     }
     batch = 0;
     row += row_step;
 #pragma unroll
     for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
-    if (it + 1 < total) gemv_epilogue_inputs<kRows, kTwo>(a, row, writer, epi);
+    if (it + 1 < total) gemv_epilogue_inputs<kRows>(a, row, writer, epi);
   }
   if constexpr (!kPair && !kRope) {
     if (a.argmax) {
@@ -596,13 +560,6 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   __global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) fp16_matmul_m1##suffix(const GemvArgs a) { \
     gemv<false, pair, kBatch, rope, norm>(a);                                                    \
   }
-// F16 matrices in their int8 form (the lm_head's forms: plain and with the rmsnorm prologue; other
-// epilogues run as kernels of their own after the plain product).
-#define TLLM_GEMV_INT8_FORM_KERNELS(suffix, norm)                                                         \
-  template <int kBatch>                                                                                 \
-  __global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) fp16_matmul_m1_int8_form##suffix(const GemvArgs a) { \
-    gemv<true, false, kBatch, false, norm, true>(a);                                                     \
-  }
 // 64 registers a thread (32 warps per multiprocessor), the narrow kernel 48.
 #define TLLM_GEMV_BOUNDS __launch_bounds__(32 * kGemvMaxWarps, 1)
 #define TLLM_GEMV_PLAIN_BOUNDS __maxnreg__(kGemvPlainRegs<kBatch>)
@@ -612,12 +569,151 @@ TLLM_GEMV_KERNELS(_swiglu, true, false, false, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rmsnorm_swiglu, true, false, true, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rope, false, true, false, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rmsnorm_rope, false, true, true, TLLM_GEMV_BOUNDS)
-TLLM_GEMV_INT8_FORM_KERNELS(, false)
-TLLM_GEMV_INT8_FORM_KERNELS(_rmsnorm, true)
 #undef TLLM_GEMV_KERNELS
-#undef TLLM_GEMV_INT8_FORM_KERNELS
 #undef TLLM_GEMV_BOUNDS
 #undef TLLM_GEMV_PLAIN_BOUNDS
+
+// ---- decode: an F16 matrix in its int8 form, on tensor cores -------------------------------------
+//
+// Each weight is rebuilt as fp16(q · s) by int8_pair_as_f16 and the products are summed by mma.sync
+// m16n8k16 (fp16 in, fp32 sums): the A operand is 16 weight rows and every B column holds x, so
+// every column of the result is the product. A warp owns 16 rows at a time, all of k, in steps of
+// 128 values: lane (g, t) loads bytes 32t .. 32t + 31 of rows g and g + 8 (one W8 group, one scale
+// each), so a step of a row is one 128-byte line. The k slots of the step's 8 mma are permuted to
+// match: in mma j, A slots 2t, 2t + 1 take bytes 4j, 4j + 1 of the lane's 32 and slots 2t + 8,
+// 2t + 9 bytes 4j + 2, 4j + 3, and the B slots take x at the same k. A warp's steps run on through
+// its row blocks as one stream with kI8fStages steps in registers: the loads of step i + kI8fStages
+// are issued as step i is used, across row blocks, and the first kI8fStages before the dependency
+// wait; no barrier follows the staging of x. Measured on an H200 (decode tok/s after the "你好" chat
+// prompt, interleaved): 4 stages at 128 registers 2,334–2,338, 3 stages at 80 (with spills)
+// 2,319, 2 at 64 2,298–2,300. Warps of 8 rows (x as the A operand, finer shares of the rows) with
+// 4, 6 or 8 stages were as fast in the chain (2,324–2,333 against 2,332) though faster alone.
+constexpr int kI8fWarps = 8;   // per block
+constexpr int kI8fStages = 4;  // steps in a warp's registers
+constexpr int kI8fStep = 128;  // k of one step
+__host__ __device__ constexpr int i8f_steps(int k) { return (k + kI8fStep - 1) / kI8fStep; }
+// Shared memory offset (bytes) of x[e] in fp16: 16 bytes of padding after every 64 values, so that
+// the 4 lanes of a quad (64 bytes apart) read 4 different bank groups.
+__host__ __device__ constexpr int i8f_x_offset(int e) { return 2 * e + 16 * (e / 64); }
+
+struct I8fStep {
+  uint4 v[2][2];  // rows g and g + 8: 32 bytes each
+  __half s[2];    // their W8 group scales
+};
+
+// Step `step` of row block rb (rows 16·rb ..): rows past the last and steps past k load nothing.
+__device__ __forceinline__ void i8f_load(const GemvArgs& a, int rb, int step, int g, int t, I8fStep& r) {
+  const int kk = step * kI8fStep + 32 * t, row = 16 * rb + g;
+  const uint4* p = reinterpret_cast<const uint4*>(a.q + int64_t(row) * a.k + kk);
+  const __half* sp = a.scales + int64_t(row) * (a.k / kW8Group) + kk / kW8Group;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const bool ok = row + 8 * h < a.rows && kk < a.k;
+    r.v[h][0] = ok ? __ldcs(p + h * (a.k / 2)) : make_uint4(0u, 0u, 0u, 0u);  // 8 rows on: k / 2 vectors
+    r.v[h][1] = ok ? __ldcs(p + h * (a.k / 2) + 1) : make_uint4(0u, 0u, 0u, 0u);
+    r.s[h] = ok ? __ldcs(sp + h * (a.k / 4)) : __ushort_as_half(0);
+  }
+}
+
+// c += the step's products (x from the padded fp16 copy in shared memory).
+__device__ __forceinline__ void i8f_accumulate(const I8fStep& r, const unsigned char* xh, int step, int t, float (&c)[4]) {
+  const int e = step * kI8fStep + 32 * t;
+  const uint4* xp = reinterpret_cast<const uint4*>(xh + i8f_x_offset(e));
+  const __half2 s0 = __half2half2(r.s[0]), s1 = __half2half2(r.s[1]);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {  // 16-byte quarters of the lane's 32 bytes: 8 values of x each
+    const uint4 xv = xp[q], w0 = r.v[0][q >> 1], w1 = r.v[1][q >> 1];
+    const uint32_t xw[4] = {xv.x, xv.y, xv.z, xv.w};
+    const uint32_t row0[4] = {w0.x, w0.y, w0.z, w0.w}, row1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t u0 = row0[2 * (q & 1) + j] ^ 0x80808080u, u1 = row1[2 * (q & 1) + j] ^ 0x80808080u;
+      const __half2 f[4] = {int8_pair_as_f16(u0, 0x4140, s0), int8_pair_as_f16(u1, 0x4140, s1),
+                            int8_pair_as_f16(u0, 0x4342, s0), int8_pair_as_f16(u1, 0x4342, s1)};
+      uint32_t af[4];
+      memcpy(af, f, sizeof(af));
+      mma_16816(c, af, xw[2 * j], xw[2 * j + 1]);
+    }
+  }
+}
+
+template <bool kNorm>
+__device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
+  extern __shared__ float4 xs[];  // x as fp32 (stage_x, W8 unit order), then the padded fp16 copy
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int steps = i8f_steps(a.k), row_blocks = (a.rows + 15) / 16;
+  const int warps = int(gridDim.x) * kI8fWarps, first = int(blockIdx.x) * kI8fWarps + warp;
+  const int total = first < row_blocks ? (row_blocks - first + warps - 1) / warps * steps : 0;
+
+  I8fStep buf[kI8fStages];
+  int ld_rb = first, ld_step = 0;  // the next step to load
+  const auto load_next = [&](I8fStep& r) {
+    i8f_load(a, ld_rb, ld_step, g, t, r);
+    if (++ld_step == steps) {
+      ld_step = 0;
+      ld_rb += warps;
+    }
+  };
+#pragma unroll
+  for (int s = 0; s < kI8fStages; ++s) load_next(buf[s]);  // weights: safe before the dependency wait
+  grid_dependency_wait();
+  allow_dependent_launch();
+  stage_x<true, kNorm, 2>(a, xs);  // few registers beside the steps in flight
+  __syncthreads();
+  unsigned char* xh = reinterpret_cast<unsigned char*>(xs + a.k / 4);
+  for (int u = threadIdx.x; u < steps * kI8fStep / 4; u += blockDim.x) {  // 4 values each, zeros past k
+    uint2 h = make_uint2(0u, 0u);
+    if (4 * u < a.k) {
+      const float4 f = xs[x_unit<true>(u >> 2, u & 3)];
+      h = make_uint2(float2_to_half2_bits(f.x, f.y), float2_to_half2_bits(f.z, f.w));
+    }
+    *reinterpret_cast<uint2*>(xh + i8f_x_offset(4 * u)) = h;
+  }
+  __syncthreads();
+
+  ArgmaxCandidate best = argmax_none();
+  float c[4] = {0.f, 0.f, 0.f, 0.f};
+  int rb = first, step = 0;
+  for (int i = 0; i < total; i += kI8fStages) {
+#pragma unroll
+    for (int s = 0; s < kI8fStages; ++s) {
+      if (i + s >= total) break;
+      i8f_accumulate(buf[s], xh, step, t, c);
+      load_next(buf[s]);
+      if (++step < steps) continue;
+      // Column 0 of the result: c[0] is row g, c[2] row g + 8 (lanes t = 0 write them, in order).
+      if (t == 0) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = 16 * rb + g + 8 * h;
+          if (row < a.rows) {
+            float v = c[2 * h];
+            if (a.bias) v += a.bias[row];
+            if (a.accumulate) v += a.y[row];
+            a.y[row] = v;
+            best.offer(v, row);
+          }
+        }
+      }
+      c[0] = c[1] = c[2] = c[3] = 0.f;
+      step = 0;
+      rb += warps;
+    }
+  }
+  if (a.argmax) {
+    __shared__ ArgmaxCandidate scratch[kI8fWarps];
+    argmax_commit(best, scratch, a.argmax, a.argmax_ws, a.argmax_advance);
+  }
+}
+
+// Named as the F16 GEMV they compute (plain, and with the rmsnorm prologue: the lm_head's forms);
+// other epilogues run as kernels of their own after the plain product. 128 registers a thread.
+__global__ void __launch_bounds__(32 * kI8fWarps, 2) fp16_matmul_m1_int8_form(const GemvArgs a) {
+  int8_form_gemv<false>(a);
+}
+__global__ void __launch_bounds__(32 * kI8fWarps, 2) fp16_matmul_m1_int8_form_rmsnorm(const GemvArgs a) {
+  int8_form_gemv<true>(a);
+}
 
 using GemvKernel = void (*)(GemvArgs);
 
@@ -647,16 +743,12 @@ GemvKernel gemv_kernel(bool w8, MatmulEpilogue e, bool norm, int batch) {
   return gemv_kernel_of<8>(w8, e, norm);
 }
 
-// The kernel for an F16 matrix in its int8 form: no fused epilogue; two rows a warp, so the plan
-// gives at most 4 vectors per lane and row (as for SwiGLU's pairs).
-GemvKernel gemv_int8_form_kernel(bool norm, int batch) {
-  if (batch <= 2) return norm ? fp16_matmul_m1_int8_form_rmsnorm<2> : fp16_matmul_m1_int8_form<2>;
-  return norm ? fp16_matmul_m1_int8_form_rmsnorm<4> : fp16_matmul_m1_int8_form<4>;
-}
-
 // The kernel for matrix w: its layout, the epilogue (none for the int8 form), prologue and batch.
 GemvKernel gemv_kernel(const CudaMatrix& w, MatmulEpilogue e, bool norm, int batch) {
-  if (w.f16_as_w8()) return e == MatmulEpilogue::None ? gemv_int8_form_kernel(norm, batch) : nullptr;
+  if (w.f16_as_w8()) {
+    if (e != MatmulEpilogue::None) return nullptr;
+    return norm ? fp16_matmul_m1_int8_form_rmsnorm : fp16_matmul_m1_int8_form;
+  }
   return gemv_kernel(w.type() == WeightType::W8, e, norm, batch);
 }
 
@@ -690,6 +782,8 @@ GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t max_warps) {
 
 // Shared memory of the staged x: one fp32 per value of a padded row.
 size_t gemv_smem(const CudaMatrix& w) {
+  if (w.f16_as_w8())  // and the padded fp16 copy of the int8-form kernels
+    return size_t(w.k()) * sizeof(float) + size_t(i8f_x_offset(i8f_steps(int(w.k())) * kI8fStep));
   return size_t(w.w8_layout() ? w.k() : w.k_pad()) * sizeof(float);
 }
 
@@ -1849,14 +1943,19 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
   }
   const size_t smem = gemv_smem(w);
   if (smem <= 48 * 1024) return;
-  CUDA_REQUIRE(smem <= smem_optin_, "upload_matrix",
-               "k = " + std::to_string(w.k()) + " needs " + std::to_string(smem) +
-                   " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(smem_optin_));
   for (MatmulEpilogue e : {MatmulEpilogue::None, MatmulEpilogue::SwiGLU, MatmulEpilogue::QkvRopeAppend}) {
     for (int batch : {2, 4, 8}) {
       for (bool norm : {false, true}) {
-        if (const GemvKernel k = gemv_kernel(w, e, norm, batch))
-          CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
+        const GemvKernel k = gemv_kernel(w, e, norm, batch);
+        if (!k) continue;
+        // A block's dynamic shared memory may take what the kernel's static part leaves.
+        cudaFuncAttributes attr{};
+        CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+        const size_t limit = smem_optin_ > attr.sharedSizeBytes ? smem_optin_ - attr.sharedSizeBytes : 0;
+        CUDA_REQUIRE(smem <= limit, "upload_matrix",
+                     "k = " + std::to_string(w.k()) + " needs " + std::to_string(smem) +
+                         " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(limit));
+        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
       }
     }
   }
@@ -1868,11 +1967,8 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   GemvArgs a;
   set_matmul_args(a, d, w);
   a.chunks = w8 ? a.k / 16 : a.k_pad / 8;
-  // A warp's rows: n, or n / 2 SwiGLU pairs, or n / 2 pairs of rows for the int8 form (kTwo).
-  const bool two = w.f16_as_w8();
-  a.rows = int(pair ? w.n() / 2 : two ? (w.n() + 1) / 2 : w.n());
+  a.rows = int(pair ? w.n() / 2 : w.n());  // outputs: n, or n / 2 SwiGLU pairs
   a.pair_offset = pair ? a.rows : 0;
-  a.weight_rows = int(w.n());
   a.x = reinterpret_cast<const __half*>(d.x);
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
@@ -1887,10 +1983,14 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const auto max_blocks = [&](int warps) {
     return int64_t(resident_blocks(reinterpret_cast<const void*>(probe), 32 * warps, smem)) * sm_count_;
   };
-  GemvPlan plan = gemv_plan(a.rows, a.chunks, pair || two, max_blocks(8) * 8);
+  GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
   a.slices = plan.slices;
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
   int64_t blocks = std::min(ceil_div(a.rows, plan.warps / plan.slices), max_blocks(plan.warps));
+  if (w.f16_as_w8()) {  // 16 rows a warp, as many blocks of kI8fWarps as the GPU holds at once
+    plan.warps = kI8fWarps;
+    blocks = std::min(ceil_div(ceil_div(a.rows, 16), kI8fWarps), max_blocks(kI8fWarps));
+  }
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
     // The rope epilogue needs whole rows per warp and every rotation pair in the one pass.
     const int64_t rope_blocks = ceil_div(a.rows / 2, kRopePairs);
