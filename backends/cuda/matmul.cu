@@ -42,9 +42,9 @@
 //                    products are summed on tensor cores in fp32. A warp owns 16 rows and walks them
 //                    in steps of 128 values, each a 128-byte line of a row, with 4 steps in its
 //                    registers (128 registers a thread, two 8-warp blocks per multiprocessor). On an
-//                    H200 the lm_head takes 39.3 µs in the decode chain; the GEMV of the previous
-//                    form (two rows a warp on CUDA cores, 64 registers) took 54.9, 2 and 3 steps
-//                    in flight 45.7 and 44.5.
+//                    H200 the lm_head takes 41.6 µs in the decode chain, where the previous form (two
+//                    rows a warp on CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in flight
+//                    48.0 and 45.6.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
@@ -586,8 +586,10 @@ TLLM_GEMV_KERNELS(_rmsnorm_rope, false, true, true, TLLM_GEMV_BOUNDS)
 // are issued as step i is used, across row blocks, and the first kI8fStages before the dependency
 // wait; no barrier follows the staging of x. Measured on an H200 (decode tok/s after the "你好" chat
 // prompt, interleaved): 4 stages at 128 registers 2,334–2,338, 3 stages at 80 (with spills)
-// 2,319, 2 at 64 2,298–2,300. Warps of 8 rows (x as the A operand, finer shares of the rows) with
-// 4, 6 or 8 stages were as fast in the chain (2,324–2,333 against 2,332) though faster alone.
+// 2,319, 2 at 64 2,298–2,300; the previous form 2,272–2,273. Warps of 8 rows (x as the A operand,
+// finer shares of the rows) with 4, 6 or 8 stages were no faster in the chain (2,324–2,333 against
+// 2,332) though faster alone (42.6–44.6 against 49.0 µs), nor were blocks of 4 warps (2,328 against
+// 2,334).
 constexpr int kI8fWarps = 8;   // per block
 constexpr int kI8fStages = 4;  // steps in a warp's registers
 constexpr int kI8fStep = 128;  // k of one step
