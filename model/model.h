@@ -117,6 +117,8 @@ class Model {
   // writes them to out, in order. So a run can be queued before the host reads the tokens of the
   // one before.
   static constexpr int kDecodeRunMax = 8;
+  static_assert(kDecodeRunMax * sizeof(int32_t) <= kQueuedDownloadBytes,
+                "a run's tokens come back in one queued download (queue_run_tokens)");
   // Decode runs are recorded per context class: runs that end within kShortDecodeRows cache rows
   // (run_step key n) and the others (key kDecodeRunMax + n). The first tell attention_decode so
   // (max_n_kv), so that a backend may take a form that pays off only on short caches (CUDA:
