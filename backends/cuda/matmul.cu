@@ -1985,14 +1985,17 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const auto max_blocks = [&](int warps) {
     return int64_t(resident_blocks(reinterpret_cast<const void*>(probe), 32 * warps, smem)) * sm_count_;
   };
-  GemvPlan plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
-  a.slices = plan.slices;
-  if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
-  int64_t blocks = std::min(ceil_div(a.rows, plan.warps / plan.slices), max_blocks(plan.warps));
+  GemvPlan plan;
+  int64_t blocks = 0;
   if (w.f16_as_w8()) {  // 16 rows a warp, as many blocks of kI8fWarps as the GPU holds at once
     plan.warps = kI8fWarps;
     blocks = std::min(ceil_div(ceil_div(a.rows, 16), kI8fWarps), max_blocks(kI8fWarps));
+  } else {
+    plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
+    if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
+    blocks = std::min(ceil_div(a.rows, plan.warps / plan.slices), max_blocks(plan.warps));
   }
+  a.slices = plan.slices;
   if (d.epilogue == MatmulEpilogue::QkvRopeAppend) {
     // The rope epilogue needs whole rows per warp and every rotation pair in the one pass.
     const int64_t rope_blocks = ceil_div(a.rows / 2, kRopePairs);
