@@ -698,7 +698,7 @@ constexpr int kProjRowsPerWarp = kProjRows / kDecodeMmaWarps;  // at most, with 
 
 struct ProjArgs {
   DecodeArgs att;
-  const int8_t* wq = nullptr;      // (n_out, k)
+  const uint8_t* wq = nullptr;     // (n_out, k), q + 128 (CudaMatrix)
   const __half* ws = nullptr;      // (n_out, k / 32)
   float* y = nullptr;              // (n_out)
   int n_out = 0, k = 0;            // k = n_head · head_dim

@@ -56,6 +56,14 @@ namespace {
 bool keeps_int8_form(const HostMatrix& h) {
   return h.type == WeightType::F16 && h.q && h.scales && h.k % kW8Group == 0;
 }
+
+// q → q + 128 in place: flips the top bit of every byte (CudaMatrix's W8 layout).
+__global__ void flip_top_bits(uint4* q, size_t vectors) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < vectors; i += size_t(gridDim.x) * blockDim.x) {
+    const uint4 v = q[i];
+    q[i] = make_uint4(v.x ^ 0x80808080u, v.y ^ 0x80808080u, v.z ^ 0x80808080u, v.w ^ 0x80808080u);
+  }
+}
 }  // namespace
 
 CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter)
@@ -68,6 +76,12 @@ CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr
     const size_t scale_bytes = n * (k / kW8Group) * sizeof(half_t);
     mem_ = DeviceMemory(scales_offset_ + scale_bytes);
     CUDA_CHECK(cudaMemcpyAsync(mem_.get(), h.q, q_bytes, cudaMemcpyHostToDevice, stream));
+    const size_t vectors = q_bytes / 16;  // k is a multiple of 32
+    if (vectors > 0) {
+      flip_top_bits<<<unsigned(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0, stream>>>(
+          static_cast<uint4*>(mem_.get()), vectors);
+      CUDA_CHECK(cudaGetLastError());
+    }
     CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(mem_.get()) + scales_offset_, h.scales, scale_bytes,
                                cudaMemcpyHostToDevice, stream));
   } else {

@@ -35,8 +35,10 @@ struct MemoryCounter {
 };
 
 // A weight matrix on the GPU, one copy, in the layout the matmul kernels read:
-//   W8:  q (n, k) int8 row-major, then scales (n, k / kW8Group) fp16 row-major (at a 256-byte
-//        boundary). k is a multiple of 32, so every row of q starts 32-byte aligned.
+//   W8:  q (n, k) row-major, each int8 value stored with its top bit flipped (q + 128 as an
+//        unsigned byte, the form the kernels widen from: see dot_i8x4), then scales
+//        (n, k / kW8Group) fp16 row-major (at a 256-byte boundary). k is a multiple of 32, so
+//        every row of q starts 32-byte aligned.
 //   F16: (n, k_pad) fp16 row-major, rows padded with zeros to k_pad = k rounded up to 8, so that
 //        every row starts 16-byte aligned and is read in whole 16-byte vectors. An F16 matrix that
 //        comes with its int8 form (HostMatrix) is kept in the W8 layout instead, and the kernels
@@ -46,7 +48,7 @@ class CudaMatrix final : public Matrix {
   CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter);
   ~CudaMatrix() override;
 
-  const int8_t* q() const { return static_cast<const int8_t*>(mem_.get()); }
+  const uint8_t* q() const { return static_cast<const uint8_t*>(mem_.get()); }  // q + 128
   const __half* scales() const { return reinterpret_cast<const __half*>(static_cast<const char*>(mem_.get()) + scales_offset_); }
   const __half* f16() const { return static_cast<const __half*>(mem_.get()); }
   int64_t k_pad() const { return k_pad_; }  // F16 row stride in values; k in the W8 layout

@@ -19,7 +19,7 @@ namespace {
 constexpr int kEmbThreads = 256;
 
 struct EmbeddingArgs {
-  const int8_t* q = nullptr;       // W8 layout: (n_vocab, n_embd)
+  const uint8_t* q = nullptr;      // W8 layout: (n_vocab, n_embd), q + 128
   const __half* scales = nullptr;  // W8 layout: (n_vocab, n_embd / 32)
   bool as_f16 = false;             // W8 layout of an F16 table: each value is fp16(q · scale)
   const __half* w16 = nullptr;     // F16: (n_vocab, k_pad)
@@ -42,7 +42,8 @@ __device__ __forceinline__ void write_vector(uint4 v, bool w8, bool as_f16, floa
   if (w8) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const float exact = float(int8_t(words[i / 4] >> (8 * (i % 4)))) * scale;  // int8 · fp16: exact in fp32
+      const int q = int((words[i / 4] >> (8 * (i % 4))) & 0xffu) - 128;  // stored as q + 128
+      const float exact = float(q) * scale;                              // int8 · fp16: exact in fp32
       vals[i] = as_f16 ? round_half(exact) : exact;
     }
   } else {

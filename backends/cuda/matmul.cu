@@ -178,7 +178,7 @@ __device__ __forceinline__ void rope_append_pair(const RopeAppendArgs& r, float*
 }
 
 struct GemvArgs {
-  const int8_t* q = nullptr;       // W8: (n, k)
+  const uint8_t* q = nullptr;      // W8: (n, k), q + 128 (CudaMatrix)
   const __half* scales = nullptr;  // W8: (n, k / 32)
   const __half* w16 = nullptr;     // F16: (n, k_pad)
   int k = 0;                       // inputs
@@ -629,7 +629,7 @@ __device__ __forceinline__ void i8f_accumulate(const I8fStep& r, const unsigned 
     const uint32_t row0[4] = {w0.x, w0.y, w0.z, w0.w}, row1[4] = {w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t u0 = row0[2 * (q & 1) + j] ^ 0x80808080u, u1 = row1[2 * (q & 1) + j] ^ 0x80808080u;
+      const uint32_t u0 = row0[2 * (q & 1) + j], u1 = row1[2 * (q & 1) + j];
       const __half2 f[4] = {int8_pair_as_f16(u0, 0x4140, s0), int8_pair_as_f16(u1, 0x4140, s1),
                             int8_pair_as_f16(u0, 0x4342, s0), int8_pair_as_f16(u1, 0x4342, s1)};
       uint32_t af[4];
@@ -798,7 +798,7 @@ constexpr int kMaxGemmSplits = 8;  // split k: blocks of one cluster (the portab
 
 struct GemmArgs {
   const __half* x = nullptr;       // (m, k)
-  const int8_t* q = nullptr;       // W8: (n, k)
+  const uint8_t* q = nullptr;      // W8: (n, k), q + 128 (CudaMatrix)
   const __half* scales = nullptr;  // W8: (n, k / 32)
   const __half* w16 = nullptr;     // F16: (n, k_pad)
   const float* bias = nullptr;     // (n) or null
@@ -812,10 +812,9 @@ struct GemmArgs {
   int k_tiles_per_split = 0;       // split k: k tiles of one split (0: all of k)
 };
 
-// Widens 4 int8 values (signed bytes of w) to 4 exact fp16 values (2 half2 words): each byte with
-// its top bit flipped becomes the low mantissa byte of fp16 1024, and 1024 + 128 is subtracted.
-__device__ __forceinline__ uint2 i8x4_to_h4(uint32_t w) {
-  const uint32_t u = w ^ 0x80808080u;
+// Widens 4 int8 values (bytes of u, each stored as q + 128) to 4 exact fp16 values (2 half2 words):
+// each byte becomes the low mantissa byte of fp16 1024, and 1024 + 128 is subtracted.
+__device__ __forceinline__ uint2 i8x4_to_h4(uint32_t u) {
   const uint32_t lo = __byte_perm(u, 0x64646464u, 0x5140), hi = __byte_perm(u, 0x64646464u, 0x5342);
   const __half2 bias = __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480));  // 1152
   __half2 hlo, hhi;
@@ -1142,7 +1141,7 @@ __host__ __device__ constexpr bool small_wide_allowed(bool swiglu, int nt, bool 
 __host__ __device__ constexpr int small_min_blocks(bool swiglu, int warps) { return swiglu || warps > 8 ? 1 : 2; }
 
 struct SmallArgs {
-  const int8_t* q = nullptr;       // W8: (n, k)
+  const uint8_t* q = nullptr;      // W8: (n, k), q + 128 (CudaMatrix)
   const __half* scales = nullptr;  // W8: (n, k / 32)
   const __half* w16 = nullptr;     // F16: (n, k_pad)
   const __half* x = nullptr;       // (m, k), unused with the prologue
