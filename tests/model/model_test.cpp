@@ -250,7 +250,7 @@ TEST_P(ModelTest, DecodeRunsMatchSingleSteps) {
   Loaded l = load(synth_file(arch()), backend());
   Model& m = *l.model;
   const auto toks = test_prompt(6, m.config().n_vocab);
-  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 22);
+  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 2 + 2 * Model::kDecodeRunMax + 3 + 1);
 
   m.prefill(toks.data(), int(toks.size()), 0);
   std::vector<int32_t> got = {m.argmax()};
@@ -330,7 +330,7 @@ TEST_P(ModelTest, GreedyRunsMatchStepByStepToTheContextEnd) {
   EXPECT_EQ(s.n_past(), m.n_ctx());
 
   s.reset();
-  g.max_tokens = 19;  // 18 steps: with step capture, runs of 1, 8, 8 and 1
+  g.max_tokens = 19;  // 18 steps: with step capture, one step, then runs of up to Model::kDecodeRunMax
   const GenerationResult r2 = s.generate(toks, g);
   EXPECT_EQ(r2.stop, StopReason::MaxTokens);
   EXPECT_EQ(r2.tokens, std::vector<int32_t>(want.begin(), want.begin() + 19));
@@ -489,9 +489,9 @@ TEST(CudaEndToEnd, SyntheticQwen25LogitsMatchCpu_cuda) {
 
 // Decode across the end of the short context class (Model::kShortDecodeRows): up to it the CUDA
 // steps run attention with the output projection fused in, past it apart. Each single step against
-// the CPU oracle's logits, fed the oracle's tokens; then the same positions in runs of 8 (recorded
-// per class, one of them starting inside the short class and ending past it) against CUDA's single
-// steps.
+// the CPU oracle's logits, fed the oracle's tokens; then the same positions and on in runs of
+// Model::kDecodeRunMax (recorded per class, at least two, one of them starting inside the short
+// class and ending past it) against CUDA's single steps.
 TEST(CudaEndToEnd, SyntheticQwen25DecodeAcrossContextClassesMatchesCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   const std::string path = synth_file("qwen25");
@@ -509,10 +509,12 @@ TEST(CudaEndToEnd, SyntheticQwen25DecodeAcrossContextClassesMatchesCpu_cuda) {
   }
 
   Model& m = *gpu.model;
-  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 25);
+  static_assert(12 % Model::kDecodeRunMax != 0, "a run must cross the class boundary, 12 rows in");
+  const int runs = std::max(2, (24 + Model::kDecodeRunMax - 1) / Model::kDecodeRunMax);
+  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 1 + runs * Model::kDecodeRunMax);
   m.prefill(toks.data(), n, 0);
   std::vector<int32_t> got = {m.argmax()};
-  for (int pos = n; pos < n + 24; pos += Model::kDecodeRunMax) {
+  for (int pos = n; pos < n + runs * Model::kDecodeRunMax; pos += Model::kDecodeRunMax) {
     m.decode_run(pos, Model::kDecodeRunMax);
     int32_t r[Model::kDecodeRunMax] = {};
     m.take_run_tokens(m.queue_run_tokens(Model::kDecodeRunMax), Model::kDecodeRunMax, r);
