@@ -341,6 +341,9 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
               per(plain.host_us - op.busy_us));
   if (can_capture) std::printf("(the captured decode graph holds %d kernel launches)\n", graph_kernels);
   if (can_capture) print_chain(graphs.records, "Decode critical path (CUDA graphs)", steps, "per step (us)", "step span");
+  // The same steps launched one by one, to set against the graphs' chain kernel by kernel.
+  print_chain(plain.records, can_capture ? "Decode critical path (no graphs)" : "Decode critical path", steps,
+              "per step (us)", "step span");
 
   // Time to first token: the prefill's device span against the host's time for the same call.
   char title[96];
