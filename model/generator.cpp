@@ -110,7 +110,11 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
 
   if (opt.max_tokens <= 0) return res;
   int32_t tok = pick();
-  res.ttft_ms = ms_since(t0);
+  // The decode clock starts where TTFT's stops, before any step is queued: GreedyRuns queues its
+  // first runs in its constructor, and launched one by one (no step capture) they take the host
+  // milliseconds, while the device already runs them.
+  auto ts = std::chrono::steady_clock::now();
+  res.ttft_ms = std::chrono::duration<double, std::milli>(ts - t0).count();
   // Plain greedy decoding runs ahead of the host (GreedyRuns). A step is run only for a token
   // another token can follow (the g-th generated token, g < max_tokens, at a position inside the
   // context).
@@ -118,7 +122,6 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
   if (sampler_.params().is_plain_greedy()) {
     runs.emplace(model_, tok, n_past(), std::min(opt.max_tokens - 1, n_ctx - n_past()));
   }
-  auto ts = std::chrono::steady_clock::now();
   for (;;) {
     res.tokens.push_back(tok);
     if (on_token && !on_token(tok)) {

@@ -27,7 +27,8 @@ struct GenerationResult {
   int n_prompt = 0;               // tokens prefilled by this call
   double prefill_ms = 0;          // prefill of the new tokens, logits ready
   double ttft_ms = 0;             // start of the call to the first generated token id on the host
-  std::vector<double> token_ms;   // time of each decode step after the first token (decode + sample)
+  std::vector<double> token_ms;   // time to each next token after the first (decode + sample); they add up
+                                  // to the time from the first token id on the host to the last
 };
 
 struct GenerateOptions {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -241,6 +242,32 @@ TEST_P(ModelTest, GreedyRunAheadMatchesStepByStep) {
   const GenerationResult r2 = s.generate(extra, g);
   EXPECT_EQ(r2.tokens, want2);
   EXPECT_EQ(s.n_past(), int(toks.size()) + 4 + 1 + int(extra.size()) + 9);
+}
+
+// The token times add up to the whole decode: the clock starts before GreedyRuns queues its first
+// runs, which on the CPU backend compute while they are queued (and launched one by one on a GPU
+// take the host milliseconds while the device runs them). Two steps must take at least as long as
+// the fastest of three lone steps (decode + argmax on the host) at the same depth.
+TEST_P(ModelTest, TokenTimesCoverEveryDecodeStep) {
+  Loaded l = load(synth_file(arch()), backend());
+  Model& m = *l.model;
+  const auto toks = test_prompt(8, m.config().n_vocab);
+  m.prefill(toks.data(), int(toks.size()), 0);
+  int32_t t = m.argmax();
+  double step_ms = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto a = std::chrono::steady_clock::now();
+    m.decode(t, int(toks.size()) + i);
+    t = m.argmax();
+    step_ms = std::min(step_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
+  }
+  Session s(m, SamplerParams{}, {});
+  GenerateOptions g;
+  g.max_tokens = 3;
+  g.stop_at_end_token = false;
+  const GenerationResult r = s.generate(toks, g);
+  ASSERT_EQ(r.token_ms.size(), 2u);
+  EXPECT_GE(r.token_ms[0] + r.token_ms[1], step_ms) << "two decode steps timed shorter than one";
 }
 
 // Runs of decode steps (Model::decode_run, one captured unit per run length) give the tokens of
