@@ -47,12 +47,29 @@ Occupancy occupancy(const std::vector<TraceRecord>& records) {
   return o;
 }
 
-LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
+namespace {
+
+// The kernels among the records, in start order.
+std::vector<const TraceRecord*> kernels_by_start(const std::vector<TraceRecord>& records) {
   std::vector<const TraceRecord*> k;
   for (const TraceRecord& r : records) {
     if (r.kind == TraceRecord::Kind::Kernel) k.push_back(&r);
   }
-  std::sort(k.begin(), k.end(), [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
+  std::stable_sort(k.begin(), k.end(), [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
+  return k;
+}
+
+std::string dims(const int* d) {
+  if (d[0] == 0) return "-";  // a host-timed op has no launch shape
+  return std::to_string(d[0]) + "x" + std::to_string(d[1]) + "x" + std::to_string(d[2]);
+}
+
+double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
+
+}  // namespace
+
+LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
+  const std::vector<const TraceRecord*> k = kernels_by_start(records);
   LaunchWaits w;
   uint64_t last_end = k.empty() ? 0 : k[0]->end_ns;
   for (size_t i = 1; i < k.size(); ++i) {
@@ -65,6 +82,25 @@ LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
     last_end = std::max(last_end, k[i]->end_ns);
   }
   return w;
+}
+
+CriticalPath critical_path(const std::vector<TraceRecord>& records) {
+  const std::vector<const TraceRecord*> k = kernels_by_start(records);
+  CriticalPath p;
+  if (k.empty()) return p;
+  std::map<std::pair<std::string, std::string>, std::vector<double>> chain;
+  uint64_t last_end = k[0]->start_ns;
+  for (const TraceRecord* r : k) {
+    const uint64_t wait = r->start_ns > last_end ? r->start_ns - last_end : 0;
+    if (wait > 0) p.waits_us.push_back(double(wait) / 1e3);
+    chain[{r->name, dims(r->grid)}].push_back(r->end_ns > last_end ? double(r->end_ns - last_end - wait) / 1e3 : 0.0);
+    last_end = std::max(last_end, r->end_ns);
+  }
+  for (auto& [key, v] : chain) p.rows.push_back({key.first, key.second, std::move(v)});
+  std::stable_sort(p.rows.begin(), p.rows.end(),
+                   [](const ChainRow& a, const ChainRow& b) { return sum(a.chain_us) > sum(b.chain_us); });
+  p.span_us = double(last_end - k[0]->start_ns) / 1e3;
+  return p;
 }
 
 void write_chrome_trace(const std::string& path,
@@ -131,11 +167,6 @@ size_t count_kernels(const std::vector<TraceRecord>& r) {
   return size_t(std::count_if(r.begin(), r.end(), [](const TraceRecord& x) { return x.kind == TraceRecord::Kind::Kernel; }));
 }
 
-std::string dims(const int* d) {
-  if (d[0] == 0) return "-";  // a host-timed op has no launch shape
-  return std::to_string(d[0]) + "x" + std::to_string(d[1]) + "x" + std::to_string(d[2]);
-}
-
 void print_kernel_summary(const std::vector<TraceRecord>& recs, const char* title) {
   struct Row {
     int calls = 0;
@@ -160,44 +191,29 @@ void print_kernel_summary(const std::vector<TraceRecord>& recs, const char* titl
   }
 }
 
-// The critical path of a stretch of kernels: kernels overlap under programmatic dependent launch (a
-// kernel starts while its predecessor runs and waits on the device), so a kernel's own duration
-// overstates what it costs. Its chain time is how much later the stream's last kernel ends because
-// of it: its end minus the latest end before it (the first kernel: its duration; an op timed inside
-// another, as the CPU backend times the parts of its fused ops: 0). Summed, the chain times are the
-// device span from the first kernel's start to the last end, gaps included (for decode steps, the
-// host's turn between steps). Totals are divided by `per` (the number of decode steps; 1 for a
-// prefill); returns the span so divided.
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+// The critical path (critical_path) as a table: per kernel and grid, the calls, the median chain
+// time and the total divided by `per` (the number of decode steps; 1 for a prefill), then the
+// device's waits for launches the same way (between decode steps, the host's turn). Returns the
+// span so divided.
 double print_chain(const std::vector<TraceRecord>& recs, const char* title, int per, const char* per_label,
                    const char* span_label) {
-  std::vector<const TraceRecord*> k;
-  for (const TraceRecord& r : recs) {
-    if (r.kind == TraceRecord::Kind::Kernel) k.push_back(&r);
-  }
-  std::sort(k.begin(), k.end(), [](const TraceRecord* a, const TraceRecord* b) { return a->start_ns < b->start_ns; });
-  // Rows by kernel and grid: one kernel may serve two ops (a prefill's output and down projections).
-  std::map<std::pair<std::string, std::string>, std::vector<double>> chain;
-  uint64_t last_end = k.empty() ? 0 : k[0]->start_ns;
-  for (const TraceRecord* r : k) {
-    chain[{r->name, dims(r->grid)}].push_back(r->end_ns > last_end ? double(r->end_ns - last_end) / 1e3 : 0.0);
-    last_end = std::max(last_end, r->end_ns);
-  }
-  std::vector<std::pair<std::pair<std::string, std::string>, std::vector<double>>> rows(chain.begin(), chain.end());
-  auto total = [](const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); };
-  std::sort(rows.begin(), rows.end(), [&](const auto& a, const auto& b) { return total(a.second) > total(b.second); });
-  std::printf("\n%s: chain time = a kernel's end minus the latest end before it\n", title);
+  const CriticalPath p = critical_path(recs);
+  std::printf("\n%s: chain time = a kernel's end minus the latest end before it, less its wait for its launch\n",
+              title);
   std::printf("%-44s %-12s %8s %12s %14s\n", "kernel", "grid", "calls", "median (us)", per_label);
-  double span = 0;
-  for (auto& [key, v] : rows) {
-    std::vector<double> sorted = v;
-    std::sort(sorted.begin(), sorted.end());
-    const double share = total(v) / per;
-    span += share;
-    std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", key.first.substr(0, 44).c_str(), key.second.c_str(), v.size(),
-                sorted[sorted.size() / 2], share);
+  for (const ChainRow& r : p.rows) {
+    std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", r.kernel.substr(0, 44).c_str(), r.grid.c_str(), r.chain_us.size(),
+                median(r.chain_us), sum(r.chain_us) / per);
   }
-  std::printf("%-44s %-12s %8s %12s %14.1f\n", span_label, "", "", "", span);
-  return span;
+  std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", "(device waiting for a launch)", "", p.waits_us.size(),
+              median(p.waits_us), sum(p.waits_us) / per);
+  std::printf("%-44s %-12s %8s %12s %14.1f\n", span_label, "", "", "", p.span_us / per);
+  return p.span_us / per;
 }
 
 // The last n records of a trace in start order (all of them when it holds no more).

@@ -47,6 +47,25 @@ struct LaunchWaits {
 };
 LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head);
 
+// The critical path of a stretch of kernels. Under programmatic dependent launch a kernel starts
+// while its predecessor runs and waits on the device, so its own duration overstates what it costs.
+// Taken in start order, a kernel's chain time is how much later the stream's last kernel ends
+// because of it: its end minus the latest end before it, less the device's wait for its launch
+// (the part of that interval before it started, when it started after every earlier end). The first
+// kernel counts its duration; an op timed inside another (the CPU backend times the parts of its
+// fused ops so) counts 0. Chain times and waits sum to the span from the first start to the last end.
+struct ChainRow {
+  std::string kernel;
+  std::string grid;               // "gx x gy x gz", "-" for a host-timed op
+  std::vector<double> chain_us;   // one per call, in start order
+};
+struct CriticalPath {
+  std::vector<ChainRow> rows;     // by kernel and grid (one kernel may serve two ops), largest total first
+  std::vector<double> waits_us;   // the device's waits for launches, each one > 0
+  double span_us = 0;
+};
+CriticalPath critical_path(const std::vector<TraceRecord>& records);
+
 // Writes records as a Chrome-trace ("traceEvents") JSON file that chrome://tracing and Perfetto open.
 void write_chrome_trace(const std::string& path, const std::vector<std::pair<std::string, std::vector<TraceRecord>>>& phases);
 

@@ -40,5 +40,38 @@ TEST(LaunchWaits, EmptyAndSingleKernelHaveNone) {
   EXPECT_DOUBLE_EQ(launch_waits({kernel(5, 9)}, 4).total_us, 0.0);
 }
 
+// The same records: chain times are end minus the latest earlier end, less the wait for the launch;
+// with the waits they add up to the span.
+TEST(CriticalPath, SplitsTheSpanIntoChainTimesAndLaunchWaits) {
+  std::vector<TraceRecord> r = {kernel(0, 10), kernel(35, 36), kernel(8, 20), kernel(25, 30), kernel(33, 50)};
+  r[1].name = r[3].name = "b";
+  TraceRecord copy = kernel(31, 40);
+  copy.kind = TraceRecord::Kind::Memcpy;
+  r.push_back(copy);
+  const CriticalPath p = critical_path(r);
+  // "k": [0,10] 10, [8,20] 10, [33,50] 20 - 3 = 17; "b": [25,30] 10 - 5 = 5, [35,36] inside [33,50]: 0.
+  ASSERT_EQ(p.rows.size(), 2u);
+  EXPECT_EQ(p.rows[0].kernel, "k");
+  EXPECT_EQ(p.rows[0].grid, "1x0x0");
+  EXPECT_EQ(p.rows[0].chain_us, (std::vector<double>{10.0, 10.0, 17.0}));
+  EXPECT_EQ(p.rows[1].kernel, "b");
+  EXPECT_EQ(p.rows[1].chain_us, (std::vector<double>{5.0, 0.0}));
+  EXPECT_EQ(p.waits_us, (std::vector<double>{5.0, 3.0}));
+  EXPECT_DOUBLE_EQ(p.span_us, 50.0);
+}
+
+TEST(CriticalPath, HostTimedOpsInsideAFusedOneCountNothing) {
+  // The CPU backend times a fused op and its parts: [0,20] holds [0,5] and [5,20]; then [20,30].
+  std::vector<TraceRecord> r = {kernel(0, 20), kernel(0, 5), kernel(5, 20), kernel(20, 30)};
+  for (TraceRecord& x : r) x.grid[0] = 0;
+  const CriticalPath p = critical_path(r);
+  ASSERT_EQ(p.rows.size(), 1u);
+  EXPECT_EQ(p.rows[0].grid, "-");
+  EXPECT_EQ(p.rows[0].chain_us, (std::vector<double>{20.0, 0.0, 0.0, 10.0}));
+  EXPECT_TRUE(p.waits_us.empty());
+  EXPECT_DOUBLE_EQ(p.span_us, 30.0);
+  EXPECT_TRUE(critical_path({}).rows.empty());
+}
+
 }  // namespace
 }  // namespace tllm
