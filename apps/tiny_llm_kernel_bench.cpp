@@ -70,27 +70,21 @@ class Bench {
   // Enough copies of an (n, k) matrix that cycling through them streams past the cache. An F16 one
   // with int8_form also carries its int8 form (HostMatrix), as the model's lm_head from Q8_0 does.
   std::vector<std::unique_ptr<Matrix>> matrices(WeightType t, int64_t n, int64_t k, bool int8_form = false) {
-    HostMatrix hm;
-    hm.type = t;
-    hm.n = n;
-    hm.k = k;
-    std::vector<int8_t> q;
-    std::vector<half_t> sc, f;
+    HostWeights w;
+    w.type = t;
+    w.n = n;
+    w.k = k;
     if (t == WeightType::W8 || int8_form) {
-      q.resize(size_t(n * k));
-      sc.resize(size_t(n * k / kW8Group));
-      for (int8_t& v : q) v = int8_t(int(next_u32() % 255) - 127);
-      for (half_t& v : sc) v = float_to_half(0.0005f + 0.001f * std::fabs(next_f(1)));
-      hm.q = q.data();
-      hm.scales = sc.data();
+      w.q.resize(size_t(n * k));
+      w.scales.resize(size_t(n * k / kW8Group));
+      for (int8_t& v : w.q) v = int8_t(int(next_u32() % 255) - 127);
+      for (half_t& v : w.scales) v = float_to_half(0.0005f + 0.001f * std::fabs(next_f(1)));
+      if (t == WeightType::F16) w.widen_to_f16();
+    } else {
+      w.f16.resize(size_t(n * k));
+      for (half_t& v : w.f16) v = float_to_half(next_f(0.05f));
     }
-    if (t == WeightType::F16) {
-      f.resize(size_t(n * k));
-      for (size_t i = 0; i < f.size(); ++i) {
-        f[i] = int8_form ? float_to_half(float(q[i]) * half_to_float(sc[i / kW8Group])) : float_to_half(next_f(0.05f));
-      }
-      hm.f16 = f.data();
-    }
+    const HostMatrix hm = w.view();
     std::vector<std::unique_ptr<Matrix>> out;
     out.push_back(be_.upload_matrix(hm));
     const size_t one = out[0]->stream_bytes();

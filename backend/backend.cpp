@@ -44,6 +44,17 @@ void HostWeights::append_rows(const HostWeights& b) {
   }
 }
 
+void HostWeights::widen_to_f16() {
+  const size_t nk = size_t(n) * size_t(k);
+  if (q.size() != nk || scales.size() != nk / kW8Group) {
+    throw BackendError("widen_to_f16: the matrix has no int8 form (q and scales for " + std::to_string(n) + " x " +
+                       std::to_string(k) + ")");
+  }
+  type = WeightType::F16;
+  f16.resize(nk);
+  for (size_t i = 0; i < nk; ++i) f16[i] = float_to_half(float(q[i]) * half_to_float(scales[i / kW8Group]));
+}
+
 size_t Matrix::stream_bytes() const {
   const size_t nk = size_t(n_) * size_t(k_);
   if (type_ == WeightType::W8 || f16_as_w8_) return nk + nk / kW8Group * sizeof(half_t);

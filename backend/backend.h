@@ -73,6 +73,9 @@ struct HostWeights {
   HostMatrix view() const;       // borrowed view
   // Appends the rows of `b` (same type and k) below these: [this; b]. Throws BackendError otherwise.
   void append_rows(const HostWeights& b);
+  // Turns a W8 matrix into the F16 one its int8 form gives: f16 = fp16(q · scale), q and scales
+  // kept (HostMatrix). Throws BackendError for an F16 matrix without an int8 form.
+  void widen_to_f16();
 };
 
 // A weight matrix stored in a backend, in whatever layout that backend computes fastest with.

@@ -134,28 +134,21 @@ class Workspace {
   // model's lm_head converted from Q8_0 does.
   std::vector<const Matrix*> matrices(WeightType type, int64_t n, int64_t k, size_t max_copies = 4096,
                                       bool int8_form = false) {
-    HostMatrix hm;
-    hm.type = type;
-    hm.n = n;
-    hm.k = k;
-    std::vector<int8_t> q;
-    std::vector<half_t> scales, f16;
+    HostWeights w;
+    w.type = type;
+    w.n = n;
+    w.k = k;
     if (type == WeightType::W8 || int8_form) {
-      q.resize(size_t(n * k));
-      scales.resize(size_t(n * k / kW8Group));
-      for (int8_t& v : q) v = int8_t(int(rng_.next() % 255) - 127);
-      for (half_t& v : scales) v = float_to_half(0.0005f + 0.001f * std::fabs(rng_.uniform(1)));
-      hm.q = q.data();
-      hm.scales = scales.data();
+      w.q.resize(size_t(n * k));
+      w.scales.resize(size_t(n * k / kW8Group));
+      for (int8_t& v : w.q) v = int8_t(int(rng_.next() % 255) - 127);
+      for (half_t& v : w.scales) v = float_to_half(0.0005f + 0.001f * std::fabs(rng_.uniform(1)));
+      if (type == WeightType::F16) w.widen_to_f16();
+    } else {
+      w.f16.resize(size_t(n * k));
+      for (half_t& v : w.f16) v = float_to_half(rng_.uniform(0.05f));
     }
-    if (type == WeightType::F16) {
-      f16.resize(size_t(n * k));
-      for (size_t i = 0; i < f16.size(); ++i) {
-        f16[i] = int8_form ? float_to_half(float(q[i]) * half_to_float(scales[i / kW8Group]))
-                           : float_to_half(rng_.uniform(0.05f));
-      }
-      hm.f16 = f16.data();
-    }
+    const HostMatrix hm = w.view();
     const size_t before = be_.memory_info().allocated_bytes;
     matrices_.push_back(be_.upload_matrix(hm));
     const size_t after = be_.memory_info().allocated_bytes;

@@ -453,6 +453,34 @@ TEST(HostWeightsTest, AppendRowsStacksRowsOfTheSameTypeAndK) {
   EXPECT_THROW(a.append_rows(f16), BackendError);
 }
 
+TEST(HostWeightsTest, WidenToF16GivesTheProductsOfTheInt8Form) {
+  HostWeights w;
+  w.n = 2;
+  w.k = kW8Group;
+  w.q.assign(2 * kW8Group, 3);
+  w.q[1] = -127;
+  w.q[kW8Group] = 100;
+  w.scales = {float_to_half(0.25f), float_to_half(0.001f)};
+  w.widen_to_f16();
+  EXPECT_EQ(w.type, WeightType::F16);
+  ASSERT_EQ(w.f16.size(), size_t(2 * kW8Group));
+  EXPECT_EQ(half_to_float(w.f16[0]), 0.75f);
+  EXPECT_EQ(half_to_float(w.f16[1]), -31.75f);
+  // 100 · fp16(0.001) = 0.0999755859375, rounded once to fp16.
+  EXPECT_EQ(w.f16[kW8Group], float_to_half(100.0f * half_to_float(float_to_half(0.001f))));
+  EXPECT_EQ(w.q.size(), size_t(2 * kW8Group));  // the int8 form stays
+  const HostMatrix v = w.view();
+  EXPECT_EQ(v.f16, w.f16.data());
+  EXPECT_EQ(v.q, w.q.data());
+
+  HostWeights plain;
+  plain.type = WeightType::F16;
+  plain.n = 1;
+  plain.k = kW8Group;
+  plain.f16.assign(kW8Group, float_to_half(1.0f));
+  EXPECT_THROW(plain.widen_to_f16(), BackendError);
+}
+
 TEST(ModelConfigTest, ContextThatDoesNotFitIsRefusedWithTheSizes) {
   ModelFootprint need;
   need.weight_bytes = size_t(600) << 20;

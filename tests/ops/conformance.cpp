@@ -75,11 +75,7 @@ HostWeights random_f16(Rng& rng, int64_t n, int64_t k, float amp) {
 
 HostWeights random_f16_int8_form(Rng& rng, int64_t n, int64_t k, float scale_lo, float scale_hi) {
   HostWeights m = random_w8(rng, n, k, scale_lo, scale_hi);
-  m.type = WeightType::F16;
-  m.f16.resize(size_t(n * k));
-  for (int64_t i = 0; i < n * k; ++i) {
-    m.f16[size_t(i)] = float_to_half(float(m.q[size_t(i)]) * half_to_float(m.scales[size_t(i / kW8Group)]));
-  }
+  m.widen_to_f16();
   return m;
 }
 
