@@ -68,31 +68,16 @@ double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.e
 
 }  // namespace
 
-LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
-  const std::vector<const TraceRecord*> k = kernels_by_start(records);
-  LaunchWaits w;
-  uint64_t last_end = k.empty() ? 0 : k[0]->end_ns;
-  for (size_t i = 1; i < k.size(); ++i) {
-    if (k[i]->start_ns > last_end) {
-      const double us = double(k[i]->start_ns - last_end) / 1e3;
-      w.total_us += us;
-      if (i < head) w.head_us += us;
-      w.largest_us = std::max(w.largest_us, us);
-    }
-    last_end = std::max(last_end, k[i]->end_ns);
-  }
-  return w;
-}
-
 CriticalPath critical_path(const std::vector<TraceRecord>& records) {
   const std::vector<const TraceRecord*> k = kernels_by_start(records);
   CriticalPath p;
   if (k.empty()) return p;
   std::map<std::pair<std::string, std::string>, std::vector<double>> chain;
   uint64_t last_end = k[0]->start_ns;
-  for (const TraceRecord* r : k) {
+  for (size_t i = 0; i < k.size(); ++i) {
+    const TraceRecord* r = k[i];
     const uint64_t wait = r->start_ns > last_end ? r->start_ns - last_end : 0;
-    if (wait > 0) p.waits_us.push_back(double(wait) / 1e3);
+    if (wait > 0) p.waits.push_back({i, double(wait) / 1e3});
     chain[{r->name, dims(r->grid)}].push_back(r->end_ns > last_end ? double(r->end_ns - last_end - wait) / 1e3 : 0.0);
     last_end = std::max(last_end, r->end_ns);
   }
@@ -101,6 +86,16 @@ CriticalPath critical_path(const std::vector<TraceRecord>& records) {
                    [](const ChainRow& a, const ChainRow& b) { return sum(a.chain_us) > sum(b.chain_us); });
   p.span_us = double(last_end - k[0]->start_ns) / 1e3;
   return p;
+}
+
+LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
+  LaunchWaits w;
+  for (const LaunchWait& x : critical_path(records).waits) {
+    w.total_us += x.us;
+    if (x.kernel < head) w.head_us += x.us;
+    w.largest_us = std::max(w.largest_us, x.us);
+  }
+  return w;
 }
 
 void write_chrome_trace(const std::string& path,
@@ -203,6 +198,8 @@ double median(std::vector<double> v) {
 double print_chain(const std::vector<TraceRecord>& recs, const char* title, int per, const char* per_label,
                    const char* span_label) {
   const CriticalPath p = critical_path(recs);
+  std::vector<double> waits;
+  for (const LaunchWait& x : p.waits) waits.push_back(x.us);
   std::printf("\n%s: chain time = a kernel's end minus the latest end before it, less its wait for its launch\n",
               title);
   std::printf("%-44s %-12s %8s %12s %14s\n", "kernel", "grid", "calls", "median (us)", per_label);
@@ -210,8 +207,8 @@ double print_chain(const std::vector<TraceRecord>& recs, const char* title, int 
     std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", r.kernel.substr(0, 44).c_str(), r.grid.c_str(), r.chain_us.size(),
                 median(r.chain_us), sum(r.chain_us) / per);
   }
-  std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", "(device waiting for a launch)", "", p.waits_us.size(),
-              median(p.waits_us), sum(p.waits_us) / per);
+  std::printf("%-44s %-12s %8zu %12.2f %14.1f\n", "(device waiting for a launch)", "", waits.size(), median(waits),
+              sum(waits) / per);
   std::printf("%-44s %-12s %8s %12s %14.1f\n", span_label, "", "", "", p.span_us / per);
   return p.span_us / per;
 }

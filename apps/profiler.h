@@ -38,8 +38,8 @@ Occupancy occupancy(const std::vector<TraceRecord>& records);
 
 // The device's waits for the host inside a stretch of kernels. Under programmatic dependent launch a
 // kernel launched in time starts before its predecessor ends; one that starts after every earlier
-// kernel has ended waited that long for its launch. Sums max(0, start - latest end before it) over
-// the kernels in start order: in all, over the first `head` kernels, and the largest single wait.
+// kernel has ended waited that long for its launch. Sums those waits (critical_path's, below): in
+// all, over the first `head` kernels in start order, and the largest single wait.
 struct LaunchWaits {
   double total_us = 0;
   double head_us = 0;
@@ -59,9 +59,13 @@ struct ChainRow {
   std::string grid;               // "gx x gy x gz", "-" for a host-timed op
   std::vector<double> chain_us;   // one per call, in start order
 };
+struct LaunchWait {
+  size_t kernel = 0;              // the kernel that waited, in start order
+  double us = 0;                  // > 0
+};
 struct CriticalPath {
   std::vector<ChainRow> rows;     // by kernel and grid (one kernel may serve two ops), largest total first
-  std::vector<double> waits_us;   // the device's waits for launches, each one > 0
+  std::vector<LaunchWait> waits;  // the device's waits for launches, in start order
   double span_us = 0;
 };
 CriticalPath critical_path(const std::vector<TraceRecord>& records);

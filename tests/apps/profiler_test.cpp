@@ -56,7 +56,11 @@ TEST(CriticalPath, SplitsTheSpanIntoChainTimesAndLaunchWaits) {
   EXPECT_EQ(p.rows[0].chain_us, (std::vector<double>{10.0, 10.0, 17.0}));
   EXPECT_EQ(p.rows[1].kernel, "b");
   EXPECT_EQ(p.rows[1].chain_us, (std::vector<double>{5.0, 0.0}));
-  EXPECT_EQ(p.waits_us, (std::vector<double>{5.0, 3.0}));
+  ASSERT_EQ(p.waits.size(), 2u);  // [25,30] and [33,50]: kernels 2 and 3 in start order
+  EXPECT_EQ(p.waits[0].kernel, 2u);
+  EXPECT_DOUBLE_EQ(p.waits[0].us, 5.0);
+  EXPECT_EQ(p.waits[1].kernel, 3u);
+  EXPECT_DOUBLE_EQ(p.waits[1].us, 3.0);
   EXPECT_DOUBLE_EQ(p.span_us, 50.0);
 }
 
@@ -68,7 +72,7 @@ TEST(CriticalPath, HostTimedOpsInsideAFusedOneCountNothing) {
   ASSERT_EQ(p.rows.size(), 1u);
   EXPECT_EQ(p.rows[0].grid, "-");
   EXPECT_EQ(p.rows[0].chain_us, (std::vector<double>{20.0, 0.0, 0.0, 10.0}));
-  EXPECT_TRUE(p.waits_us.empty());
+  EXPECT_TRUE(p.waits.empty());
   EXPECT_DOUBLE_EQ(p.span_us, 30.0);
   EXPECT_TRUE(critical_path({}).rows.empty());
 }
