@@ -202,13 +202,23 @@ struct GemvArgs {
   int32_t* argmax_advance = nullptr;  // (2) or null: see ArgmaxDesc
 };
 
-// Writes x (or the rmsnorm prologue's fp16 values) as fp32 into xs, zero past k. Block-wide. Every
-// global load a thread makes is issued before the first value is stored, so staging costs one
-// trip to memory (the prologue's block sum adds a barrier).
-template <bool kW8, bool kNorm, int kLoads = kStageBatch>
-__device__ void stage_x(const GemvArgs& a, float4* xs) {
-  constexpr int kUnits = kW8 ? 4 : 2;  // units per weight vector
-  const int units = a.chunks * kUnits;
+// Stores unit u (values 4u .. 4u + 3) of the staged x as fp32 into xs, in x_unit order.
+template <bool kW8>
+struct XUnitStore {
+  float4* xs;
+  __device__ void operator()(int u, float4 v) const {
+    constexpr int kUnits = kW8 ? 4 : 2;  // units per weight vector
+    xs[x_unit<kW8>(u / kUnits, u % kUnits)] = v;
+  }
+};
+
+// Hands x (or the rmsnorm prologue's fp16 values) to store(u, v) in 4-value units v, zero past k,
+// over the units of a weight row. Block-wide. Every global load a thread makes is issued before
+// the first value is stored, so staging costs one trip to memory (the prologue's block sum adds a
+// barrier).
+template <bool kW8, bool kNorm, int kLoads = kStageBatch, class Store>
+__device__ void stage_x(const GemvArgs& a, Store store) {
+  const int units = a.chunks * (kW8 ? 4 : 2);
   __shared__ double scratch[32];
   if constexpr (kNorm) {
     // out = fp16(x / sqrt(mean(x²) + eps) * weight); the sum of squares in fp64 as in the oracle.
@@ -236,12 +246,11 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
       for (int i = 0; i < kNormUnits; ++i) {
         const int u = threadIdx.x + i * blockDim.x;
         if (u < k_units)
-          xs[x_unit<kW8>(u / kUnits, u % kUnits)] =
-              make_float4(round_half(xv[i].x * inv * wv[i].x), round_half(xv[i].y * inv * wv[i].y),
-                          round_half(xv[i].z * inv * wv[i].z), round_half(xv[i].w * inv * wv[i].w));
+          store(u, make_float4(round_half(xv[i].x * inv * wv[i].x), round_half(xv[i].y * inv * wv[i].y),
+                               round_half(xv[i].z * inv * wv[i].z), round_half(xv[i].w * inv * wv[i].w)));
       }
       for (int u = k_units + threadIdx.x; u < units; u += blockDim.x)
-        xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(0.f, 0.f, 0.f, 0.f);
+        store(u, make_float4(0.f, 0.f, 0.f, 0.f));
       return;
     }
     double ss = 0;
@@ -253,7 +262,7 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
       float t[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) t[i] = e + i < a.k ? round_half(a.norm_x[e + i] * inv * a.norm_w[e + i]) : 0.f;
-      xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(t[0], t[1], t[2], t[3]);
+      store(u, make_float4(t[0], t[1], t[2], t[3]));
     }
   } else if (a.k % 4 == 0 && aligned_to(a.x, 8)) {
     for (int base = 0; base < units; base += kLoads * int(blockDim.x)) {
@@ -268,7 +277,7 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
         const int u = base + i * int(blockDim.x) + int(threadIdx.x);
         if (u < units) {
           const float2 lo = half2_bits_to_float2(raw[i].x), hi = half2_bits_to_float2(raw[i].y);
-          xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(lo.x, lo.y, hi.x, hi.y);
+          store(u, make_float4(lo.x, lo.y, hi.x, hi.y));
         }
       }
     }
@@ -278,7 +287,7 @@ __device__ void stage_x(const GemvArgs& a, float4* xs) {
       float t[4];
 #pragma unroll
       for (int i = 0; i < 4; ++i) t[i] = e + i < a.k ? __half2float(a.x[e + i]) : 0.f;
-      xs[x_unit<kW8>(u / kUnits, u % kUnits)] = make_float4(t[0], t[1], t[2], t[3]);
+      store(u, make_float4(t[0], t[1], t[2], t[3]));
     }
   }
 }
@@ -501,7 +510,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
   gemv_epilogue_inputs<kRows>(a, row, writer, epi);  // in flight while x is staged
-  stage_x<kW8, kNorm, kNarrow ? kNarrowStageBatch : kStageBatch>(a, xs);
+  stage_x<kW8, kNorm, kNarrow ? kNarrowStageBatch : kStageBatch>(a, XUnitStore<kW8>{xs});
   __syncthreads();
 
   ArgmaxCandidate best = argmax_none();  // argmax epilogue: the first strict maximum of the warp's rows
@@ -641,11 +650,13 @@ __device__ __forceinline__ void i8f_accumulate(const I8fStep& r, const unsigned 
 
 template <bool kNorm>
 __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
-  extern __shared__ float4 xs[];  // x as fp32 (stage_x, W8 unit order), then the padded fp16 copy
+  extern __shared__ float4 xs[];  // x as padded fp16 (i8f_x_offset)
+  unsigned char* xh = reinterpret_cast<unsigned char*>(xs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int steps = i8f_steps(a.k), row_blocks = (a.rows + 15) / 16;
   const int warps = int(gridDim.x) * kI8fWarps, first = int(blockIdx.x) * kI8fWarps + warp;
   const int total = first < row_blocks ? (row_blocks - first + warps - 1) / warps * steps : 0;
+  const auto store_x = [xh](int u, uint2 h) { *reinterpret_cast<uint2*>(xh + i8f_x_offset(4 * u)) = h; };
 
   I8fStep buf[kI8fStages];
   int ld_rb = first, ld_step = 0;  // the next step to load
@@ -658,19 +669,13 @@ __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
   };
 #pragma unroll
   for (int s = 0; s < kI8fStages; ++s) load_next(buf[s]);  // weights: safe before the dependency wait
+  for (int u = a.k / 4 + int(threadIdx.x); u < steps * kI8fStep / 4; u += blockDim.x) store_x(u, make_uint2(0u, 0u));
   grid_dependency_wait();
   allow_dependent_launch();
-  stage_x<true, kNorm, 2>(a, xs);  // few registers beside the steps in flight
-  __syncthreads();
-  unsigned char* xh = reinterpret_cast<unsigned char*>(xs + a.k / 4);
-  for (int u = threadIdx.x; u < steps * kI8fStep / 4; u += blockDim.x) {  // 4 values each, zeros past k
-    uint2 h = make_uint2(0u, 0u);
-    if (4 * u < a.k) {
-      const float4 f = xs[x_unit<true>(u >> 2, u & 3)];
-      h = make_uint2(float2_to_half2_bits(f.x, f.y), float2_to_half2_bits(f.z, f.w));
-    }
-    *reinterpret_cast<uint2*>(xh + i8f_x_offset(4 * u)) = h;
-  }
+  // Few registers beside the steps in flight; the staged values are fp16 values, exact in fp16.
+  stage_x<true, kNorm, 2>(a, [&](int u, float4 f) {
+    store_x(u, make_uint2(float2_to_half2_bits(f.x, f.y), float2_to_half2_bits(f.z, f.w)));
+  });
   __syncthreads();
 
   ArgmaxCandidate best = argmax_none();
@@ -688,13 +693,9 @@ __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = 16 * rb + g + 8 * h;
-          if (row < a.rows) {
-            float v = c[2 * h];
-            if (a.bias) v += a.bias[row];
-            if (a.accumulate) v += a.y[row];
-            a.y[row] = v;
-            best.offer(v, row);
-          }
+          GemvEpilogueInputs<1> epi;
+          gemv_epilogue_inputs<1>(a, row, true, epi);
+          gemv_write<1>(a, row, {c[2 * h]}, epi, best);
         }
       }
       c[0] = c[1] = c[2] = c[3] = 0.f;
@@ -782,10 +783,9 @@ GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t max_warps) {
   return p;
 }
 
-// Shared memory of the staged x: one fp32 per value of a padded row.
+// Shared memory of the staged x: one fp32 per value of a padded row (the int8 form: padded fp16).
 size_t gemv_smem(const CudaMatrix& w) {
-  if (w.f16_as_w8())  // and the padded fp16 copy of the int8-form kernels
-    return size_t(w.k()) * sizeof(float) + size_t(i8f_x_offset(i8f_steps(int(w.k())) * kI8fStep));
+  if (w.f16_as_w8()) return size_t(i8f_x_offset(i8f_steps(int(w.k())) * kI8fStep));  // padded fp16
   return size_t(w.w8_layout() ? w.k() : w.k_pad()) * sizeof(float);
 }
 
