@@ -35,16 +35,26 @@ struct EmbeddingArgs {
 constexpr int kEmbBatch = 2;  // 16-byte vectors per thread requested at once
 
 // Writes the `count` values of one vector of the row (16 int8 times `scale`, rounded to fp16 with
-// as_f16, or 8 fp16) from out[0].
+// as_f16 as int8_pair_as_f16 rounds them, or 8 fp16) from out[0].
 __device__ __forceinline__ void write_vector(uint4 v, bool w8, bool as_f16, float scale, float* out, int count) {
   const uint32_t words[4] = {v.x, v.y, v.z, v.w};
   float vals[16];
-  if (w8) {
+  if (w8 && as_f16) {  // the values the int8-form GEMV multiplies by
+    const __half2 s = __float2half2_rn(scale);  // an fp16 value: exact
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float2 lo = __half22float2(int8_pair_as_f16(words[i], 0x4140, s));
+      const float2 hi = __half22float2(int8_pair_as_f16(words[i], 0x4342, s));
+      vals[4 * i] = lo.x;
+      vals[4 * i + 1] = lo.y;
+      vals[4 * i + 2] = hi.x;
+      vals[4 * i + 3] = hi.y;
+    }
+  } else if (w8) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int q = int((words[i / 4] >> (8 * (i % 4))) & 0xffu) - 128;  // stored as q + 128
-      const float exact = float(q) * scale;                              // int8 · fp16: exact in fp32
-      vals[i] = as_f16 ? round_half(exact) : exact;
+      vals[i] = float(q) * scale;                                        // int8 · fp16: exact in fp32
     }
   } else {
 #pragma unroll
