@@ -68,18 +68,35 @@ double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.e
 
 }  // namespace
 
+namespace {
+
+// The chain time of each kernel of k (in start order), and the device's waits for launches.
+std::vector<double> chain_times(const std::vector<const TraceRecord*>& k, std::vector<LaunchWait>* waits) {
+  std::vector<double> chain;
+  chain.reserve(k.size());
+  uint64_t last_end = k.empty() ? 0 : k[0]->start_ns;
+  for (size_t i = 0; i < k.size(); ++i) {
+    const TraceRecord* r = k[i];
+    const uint64_t wait = r->start_ns > last_end ? r->start_ns - last_end : 0;
+    if (wait > 0 && waits) waits->push_back({i, double(wait) / 1e3});
+    chain.push_back(r->end_ns > last_end ? double(r->end_ns - last_end - wait) / 1e3 : 0.0);
+    last_end = std::max(last_end, r->end_ns);
+  }
+  return chain;
+}
+
+}  // namespace
+
 CriticalPath critical_path(const std::vector<TraceRecord>& records) {
   const std::vector<const TraceRecord*> k = kernels_by_start(records);
   CriticalPath p;
   if (k.empty()) return p;
+  const std::vector<double> times = chain_times(k, &p.waits);
   std::map<std::pair<std::string, std::string>, std::vector<double>> chain;
   uint64_t last_end = k[0]->start_ns;
   for (size_t i = 0; i < k.size(); ++i) {
-    const TraceRecord* r = k[i];
-    const uint64_t wait = r->start_ns > last_end ? r->start_ns - last_end : 0;
-    if (wait > 0) p.waits.push_back({i, double(wait) / 1e3});
-    chain[{r->name, dims(r->grid)}].push_back(r->end_ns > last_end ? double(r->end_ns - last_end - wait) / 1e3 : 0.0);
-    last_end = std::max(last_end, r->end_ns);
+    chain[{k[i]->name, dims(k[i]->grid)}].push_back(times[i]);
+    last_end = std::max(last_end, k[i]->end_ns);
   }
   for (auto& [key, v] : chain) p.rows.push_back({key.first, key.second, std::move(v)});
   std::stable_sort(p.rows.begin(), p.rows.end(),
@@ -96,6 +113,56 @@ LaunchWaits launch_waits(const std::vector<TraceRecord>& records, size_t head) {
     w.largest_us = std::max(w.largest_us, x.us);
   }
   return w;
+}
+
+std::vector<double> step_chain_medians(const std::vector<TraceRecord>& records, size_t steps) {
+  const std::vector<const TraceRecord*> k = kernels_by_start(records);
+  const std::vector<double> times = chain_times(k, nullptr);
+  const size_t per = steps > 0 ? k.size() / steps : 0;
+  std::vector<double> out(per, 0.0);
+  for (size_t j = 0; j < per; ++j) {
+    std::vector<double> v;
+    for (size_t i = j; i < k.size(); i += per) {
+      if (k[i]->name == k[j]->name) v.push_back(times[i]);
+    }
+    std::sort(v.begin(), v.end());
+    out[j] = v[v.size() / 2];  // v holds at least times[j]
+  }
+  return out;
+}
+
+const char* bound_name(Bound b) {
+  switch (b) {
+    case Bound::Launch: return "launch-bound";
+    case Bound::Bandwidth: return "bandwidth-bound";
+    case Bound::Latency: return "latency-bound";
+    case Bound::Kernel: break;
+  }
+  return "neither";
+}
+
+namespace {
+
+// Latency-bound where the kernels' average chain time is short, else the kernels are slow.
+Bound latency_or_kernel(double chain_us, double kernels) {
+  return kernels > 0 && chain_us / kernels < kLatencyBoundChainUs ? Bound::Latency : Bound::Kernel;
+}
+
+bool near_peak(double bytes, double us, double peak_gbs) {
+  return peak_gbs > 0 && us > 0 && bytes / (us * 1e-6) / 1e9 > kBandwidthBoundFraction * peak_gbs;
+}
+
+}  // namespace
+
+Bound step_bound(const StepFigures& f) {
+  if (f.host_us > 0 && (f.host_us - f.busy_us) / f.host_us > kLaunchBoundIdle) return Bound::Launch;
+  if (near_peak(f.bytes, f.busy_us, f.peak_gbs)) return Bound::Bandwidth;
+  return latency_or_kernel(f.chain_us, f.kernels);
+}
+
+Bound category_bound(int calls, double chain_us, double bytes, double peak_gbs) {
+  if (near_peak(bytes, chain_us, peak_gbs)) return Bound::Bandwidth;
+  return latency_or_kernel(chain_us, calls);
 }
 
 void write_chrome_trace(const std::string& path,
@@ -291,52 +358,71 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   all.insert(all.end(), graphs.records.begin(), graphs.records.end());
   print_kernel_summary(all, "Kernel summary (prefill + decode, sorted by total time)");
 
-  // Categories over the decode steps.
+  // Categories over the decode steps, by what their kernels add to the step: the chain times of the
+  // critical path (a copy counts its duration), not the kernels' durations, which under
+  // programmatic dependent launch include their wait for the kernel before.
   const double step_weight_bytes = double(m.decode_weight_bytes());
   const double step_kv_bytes = double(m.decode_kv_bytes(n + steps / 2));
   struct Cat {
     int calls = 0;
     double us = 0;
+    double chain_us = 0;
     double bytes = 0;
   };
   std::map<std::string, Cat> cats;
-  double decode_total_us = 0;
   for (const TraceRecord& r : graphs.records) {
     Cat& c = cats[kernel_category(r)];
     ++c.calls;
     const double us = double(r.end_ns - r.start_ns) / 1e3;
     c.us += us;
-    decode_total_us += us;
-    if (r.kind != TraceRecord::Kind::Kernel) c.bytes += double(r.bytes);
+    if (r.kind != TraceRecord::Kind::Kernel) {
+      c.bytes += double(r.bytes);
+      c.chain_us += us;
+    }
+  }
+  const CriticalPath decode_path = critical_path(graphs.records);
+  double decode_chain_us = 0;  // the kernels' chain times, all steps
+  for (const ChainRow& row : decode_path.rows) {
+    TraceRecord k;
+    k.name = row.kernel;
+    cats[kernel_category(k)].chain_us += sum(row.chain_us);
+    decode_chain_us += sum(row.chain_us);
   }
   cats["matmul"].bytes += step_weight_bytes * steps;
   cats["attention"].bytes += step_kv_bytes * steps;
+  double all_chain_us = 0;
+  for (const auto& kv : cats) all_chain_us += kv.second.chain_us;
   const double peak = dev.peak_bandwidth_gbs;
   auto verdict = [&](const Cat& c) -> std::string {
-    const double avg = c.calls ? c.us / c.calls : 0;
-    const double gbs = c.us > 0 ? c.bytes / (c.us * 1e-6) / 1e9 : 0;
+    const double avg = c.calls ? c.chain_us / c.calls : 0;
+    const double gbs = c.chain_us > 0 ? c.bytes / (c.chain_us * 1e-6) / 1e9 : 0;
     char buf[160];
-    if (peak > 0 && gbs >= 0.6 * peak) {
-      std::snprintf(buf, sizeof buf, "bandwidth-bound (%.0f%% of %.0f GB/s)", 100 * gbs / peak, peak);
-    } else if (avg < 5.0) {
-      std::snprintf(buf, sizeof buf, "launch/latency-bound: %.1f us per kernel; fuse or overlap", avg);
-    } else {
-      std::snprintf(buf, sizeof buf, "neither: %.0f GB/s in %.1f us kernels; improve the kernel", gbs, avg);
+    if (c.chain_us <= 0) return "timed inside other ops: adds nothing of its own";
+    switch (category_bound(c.calls, c.chain_us, c.bytes, peak)) {
+      case Bound::Bandwidth:
+        std::snprintf(buf, sizeof buf, "bandwidth-bound (%.0f%% of %.0f GB/s)", 100 * gbs / peak, peak);
+        break;
+      case Bound::Latency:
+        std::snprintf(buf, sizeof buf, "latency-bound: %.1f us each in the chain; fewer hand-offs", avg);
+        break;
+      default:
+        std::snprintf(buf, sizeof buf, "neither: %.0f GB/s, %.1f us each in the chain; improve the kernel", gbs, avg);
     }
     return buf;
   };
-  std::printf("\nBy category (decode steps)\n%-12s %8s %12s %8s %10s  %s\n", "category", "calls", "total (ms)", "share", "GB/s",
-              "diagnosis");
+  std::printf("\nBy category (decode steps; chain = what the kernels add to the step, as in the critical path below)\n"
+              "%-12s %8s %12s %12s %8s %10s  %s\n",
+              "category", "calls", "kernel (ms)", "chain (ms)", "share", "GB/s", "diagnosis");
   for (const char* name : {"matmul", "attention", "rmsnorm", "rope", "elementwise", "memcpy"}) {
     auto it = cats.find(name);
     if (it == cats.end() || it->second.calls == 0) {
-      std::printf("%-12s %8d %12s %8s %10s  %s\n", name, 0, "-", "-", "-", "(fused into other kernels or not used)");
+      std::printf("%-12s %8d %12s %12s %8s %10s  %s\n", name, 0, "-", "-", "-", "-", "(fused into other kernels or not used)");
       continue;
     }
     const Cat& c = it->second;
-    const double gbs = c.us > 0 && c.bytes > 0 ? c.bytes / (c.us * 1e-6) / 1e9 : 0;
-    std::printf("%-12s %8d %12.3f %7.1f%% %10.0f  %s\n", name, c.calls, c.us / 1e3,
-                decode_total_us > 0 ? 100 * c.us / decode_total_us : 0, gbs, verdict(c).c_str());
+    const double gbs = c.chain_us > 0 && c.bytes > 0 ? c.bytes / (c.chain_us * 1e-6) / 1e9 : 0;
+    std::printf("%-12s %8d %12.3f %12.3f %7.1f%% %10.0f  %s\n", name, c.calls, c.us / 1e3, c.chain_us / 1e3,
+                all_chain_us > 0 ? 100 * c.chain_us / all_chain_us : 0, gbs, verdict(c).c_str());
   }
 
   // Launches and gaps per step.
@@ -392,56 +478,74 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
               steps, decode_ttft_us, decode_span, decode_ttft_us - decode_span, decode_waits.total_us,
               decode_waits.head_us, head, decode_waits.largest_us);
 
-  // GEMM table: the matmul kernels of the first decode step, in launch order.
-  std::vector<TraceRecord> kernels;
-  for (const TraceRecord& r : graphs.records) {
-    if (r.kind == TraceRecord::Kind::Kernel) kernels.push_back(r);
-  }
-  std::sort(kernels.begin(), kernels.end(), [](const TraceRecord& a, const TraceRecord& b) { return a.start_ns < b.start_ns; });
-  kernels.resize(std::min(kernels.size(), count_kernels(graphs.records) / size_t(steps)));
-  std::vector<const TraceRecord*> mms;
-  for (const TraceRecord& r : kernels) {
-    if (r.name.find("matmul") != std::string::npos) mms.push_back(&r);
+  // GEMM table: the matmul kernels of the first decode step, in launch order, with their chain times
+  // (the median over the steps at the same place in the step).
+  const std::vector<const TraceRecord*> kernels = kernels_by_start(graphs.records);
+  const std::vector<double> step_chain = step_chain_medians(graphs.records, size_t(steps));
+  std::vector<size_t> mms;  // indices into kernels (and step_chain)
+  for (size_t j = 0; j < step_chain.size(); ++j) {
+    if (kernels[j]->name.find("matmul") != std::string::npos) mms.push_back(j);
   }
   const std::vector<Model::GemmShape> gemms = m.decode_gemms();
-  std::printf("\nGEMM shapes of one decode step\n%-16s %4s %8s %6s  %-34s %-14s %-10s %9s\n", "GEMM", "M", "N", "K", "kernel",
-              "grid", "block", "us");
+  std::printf("\nGEMM shapes of one decode step (kernel: its duration; chain: what it adds to the step; weights: MB read,\n"
+              "and the time they take at the nominal bandwidth; the GEMM's kernel may do more: rmsnorm, rope, attention)\n"
+              "%-16s %4s %8s %6s  %-34s %-10s %-9s %8s %8s %8s %8s\n",
+              "GEMM", "M", "N", "K", "kernel", "grid", "block", "kernel", "chain", "weights", "at peak");
   for (size_t i = 0; i < gemms.size(); ++i) {
     // Layer 0's four projections come first; lm_head is the step's last matmul.
-    const TraceRecord* r = nullptr;
-    if (i + 1 < gemms.size() && i < mms.size()) r = mms[i];
-    if (i + 1 == gemms.size() && !mms.empty()) r = mms.back();
-    std::printf("%-16s %4d %8lld %6lld  %-34s %-14s %-10s %9.2f\n", gemms[i].name.c_str(), 1, (long long)gemms[i].n,
-                (long long)gemms[i].k, r ? r->name.substr(0, 34).c_str() : "-", r ? dims(r->grid).c_str() : "-",
-                r ? dims(r->block).c_str() : "-", r ? double(r->end_ns - r->start_ns) / 1e3 : 0.0);
+    size_t j = SIZE_MAX;
+    if (i + 1 < gemms.size() && i < mms.size()) j = mms[i];
+    if (i + 1 == gemms.size() && !mms.empty()) j = mms.back();
+    const TraceRecord* r = j == SIZE_MAX ? nullptr : kernels[j];
+    std::printf("%-16s %4d %8lld %6lld  %-34s %-10s %-9s %8.2f %8.2f %8.2f %8.2f\n", gemms[i].name.c_str(), 1,
+                (long long)gemms[i].n, (long long)gemms[i].k, r ? r->name.substr(0, 34).c_str() : "-",
+                r ? dims(r->grid).c_str() : "-", r ? dims(r->block).c_str() : "-",
+                r ? double(r->end_ns - r->start_ns) / 1e3 : 0.0, r ? step_chain[j] : 0.0, double(gemms[i].bytes) / 1e6,
+                peak > 0 ? double(gemms[i].bytes) / (peak * 1e3) : 0.0);
   }
 
   // Diagnosis for the step as a whole.
-  const double host_step = per(graphs.host_us), busy_step = per(og.busy_us);
-  const double idle_frac = host_step > 0 ? std::max(0.0, host_step - busy_step) / host_step : 0;
-  const double step_bytes = step_weight_bytes + step_kv_bytes;
-  const double busy_gbs = busy_step > 0 ? step_bytes / (busy_step * 1e-6) / 1e9 : 0;
-  const double wall_gbs = host_step > 0 ? step_bytes / (host_step * 1e-6) / 1e9 : 0;
-  std::printf("\nDiagnosis of a decode step: %.1f us per step, device busy %.1f us (%.0f%%), %.1f MB read\n", host_step,
-              busy_step, 100 * (1 - idle_frac), step_bytes / 1e6);
+  StepFigures f;
+  f.host_us = per(graphs.host_us);
+  f.busy_us = per(og.busy_us);
+  f.chain_us = per(decode_chain_us);
+  f.kernels = per(double(count_kernels(graphs.records)));
+  f.bytes = step_weight_bytes + step_kv_bytes;
+  f.peak_gbs = peak;
+  const Bound bound = step_bound(f);
+  const double idle_frac = f.host_us > 0 ? std::max(0.0, f.host_us - f.busy_us) / f.host_us : 0;
+  const double busy_gbs = f.busy_us > 0 ? f.bytes / (f.busy_us * 1e-6) / 1e9 : 0;
+  const double wall_gbs = f.host_us > 0 ? f.bytes / (f.host_us * 1e-6) / 1e9 : 0;
+  const double chain_each = f.kernels > 0 ? f.chain_us / f.kernels : 0;
+  std::printf("\nDiagnosis of a decode step: %.1f us per step, device busy %.1f us (%.0f%%), %.1f MB read\n", f.host_us,
+              f.busy_us, 100 * (1 - idle_frac), f.bytes / 1e6);
   std::printf("%-44s %-26s %-34s %s\n", "symptom", "measured", "cause", "remedy");
   char meas[64];
   std::snprintf(meas, sizeof meas, "idle %.0f%% of the step", 100 * idle_frac);
   std::printf("%-44s %-26s %-34s %s\n", "many small kernels, gaps between them", meas,
-              idle_frac > 0.3 ? "LAUNCH-BOUND" : "not the limit", "CUDA graphs, kernel fusion, PDL");
+              bound == Bound::Launch ? "LAUNCH-BOUND" : "not the limit", "CUDA graphs, kernel fusion, PDL");
   std::snprintf(meas, sizeof meas, "%.0f GB/s busy, %.0f GB/s wall", busy_gbs, wall_gbs);
   std::printf("%-44s %-26s %-34s %s\n", "kernels stream near peak bandwidth", meas,
-              peak > 0 && busy_gbs > 0.6 * peak ? "BANDWIDTH-BOUND" : "below 60% of nominal bandwidth",
+              bound == Bound::Bandwidth ? "BANDWIDTH-BOUND" : "below 60% of nominal bandwidth",
               "fewer bytes: smaller weights, KV reuse");
-  const double lm_share = cats.count("matmul") && !mms.empty() ? double(mms.back()->end_ns - mms.back()->start_ns) / 1e3 / busy_step : 0;
+  std::snprintf(meas, sizeof meas, "%.0f kernels, %.2f us each", f.kernels, chain_each);
+  std::printf("%-44s %-26s %-34s %s\n", "each kernel waits for the one before it", meas,
+              bound == Bound::Latency ? "LATENCY-BOUND CHAIN" : "not the limit",
+              "fewer hand-offs: fuse dependent ops, less work after each wait");
+  const TraceRecord* lm = mms.empty() ? nullptr : kernels[mms.back()];
+  const double lm_share = lm && f.busy_us > 0 ? double(lm->end_ns - lm->start_ns) / 1e3 / f.busy_us : 0;
   std::snprintf(meas, sizeof meas, "lm_head %.0f%% of busy time", 100 * lm_share);
   std::printf("%-44s %-26s %-34s %s\n", "lm_head kernel takes a large share", meas,
               lm_share > 0.3 ? "LARGE-N GEMV DOMINATES" : "not the limit", "tile for bandwidth, fewer lm_head bytes");
   std::snprintf(meas, sizeof meas, "%.1f copies per step", per(double(graphs.records.size() - count_kernels(graphs.records))));
   std::printf("%-44s %-26s %-34s %s\n", "host waits on device copies", meas, "token ids read once per run of steps",
               "keep sampling on the device");
-  const char* overall = idle_frac > 0.3 ? "launch-bound" : (peak > 0 && busy_gbs > 0.6 * peak ? "bandwidth-bound" : "neither");
-  std::printf("verdict: %s\n", overall);
+  std::printf("verdict: %s\n", bound_name(bound));
+  if (peak > 0) {
+    std::printf("(the kernels' chain takes %.1f us a step, %.2f us a kernel; the %.1f MB the step reads take %.1f us at the\n"
+                "nominal %.0f GB/s)\n",
+                f.chain_us, chain_each, f.bytes / 1e6, f.bytes / (peak * 1e3), peak);
+  }
 
   if (!opt.trace_path.empty()) {
     write_chrome_trace(opt.trace_path, {{"prefill", prefill}, {"decode (graphs)", graphs.records}, {"decode (no graphs)", plain.records}});

@@ -4,7 +4,8 @@
 //   - kernel summary and the same rolled up by category;
 //   - kernels per decode step with and without step capture, and the gaps between kernels;
 //   - the GEMM table of a decode step (M, N, K, kernel, grid, block);
-//   - a diagnosis per category and for the step: launch-bound, bandwidth-bound or neither;
+//   - a diagnosis per category and for the step: launch-bound, bandwidth-bound, latency-bound (a
+//     chain of short dependent kernels) or neither;
 // and a Chrome-trace / Perfetto JSON timeline.
 #pragma once
 
@@ -69,6 +70,41 @@ struct CriticalPath {
   double span_us = 0;
 };
 CriticalPath critical_path(const std::vector<TraceRecord>& records);
+
+// Chain times by position in a step: for each kernel j of the first of `steps` equal steps (in start
+// order), the median chain time of the kernels at j, j + K, j + 2K, ... (K kernels a step) that have
+// its name. Empty when there are fewer kernels than steps.
+std::vector<double> step_chain_medians(const std::vector<TraceRecord>& records, size_t steps);
+
+// What bounds a decode step, or one category of its kernels (the profile's verdicts):
+//   launch     the device idles for more than 30% of the step (host time less busy time);
+//   bandwidth  the bytes it must read, over its busy time (a category: over its chain time), exceed
+//              60% of the nominal bandwidth;
+//   latency    neither, and its kernels add under 5 us each to the critical path (chain time): each
+//              waits for the one before it, so the step costs its number of hand-offs times what a
+//              kernel does after its wait, whatever its bytes;
+//   kernel     none of these: the kernels themselves are slow (occupancy, access pattern).
+enum class Bound { Launch, Bandwidth, Latency, Kernel };
+const char* bound_name(Bound b);  // "launch-bound", "bandwidth-bound", "latency-bound", "neither"
+constexpr double kLaunchBoundIdle = 0.3;
+constexpr double kBandwidthBoundFraction = 0.6;
+constexpr double kLatencyBoundChainUs = 5.0;
+
+// One decode step's figures, per step: host time, device busy time (union of kernel intervals), the
+// kernels' chain times summed (critical_path: the span less the device's waits for launches), the
+// kernels, the bytes the step must read (every weight once and the KV cache) and the nominal
+// bandwidth (0 where unknown).
+struct StepFigures {
+  double host_us = 0;
+  double busy_us = 0;
+  double chain_us = 0;
+  double kernels = 0;
+  double bytes = 0;
+  double peak_gbs = 0;
+};
+Bound step_bound(const StepFigures& f);
+// A category of kernels over the traced steps: its calls, their chain time and the bytes they read.
+Bound category_bound(int calls, double chain_us, double bytes, double peak_gbs);
 
 // Writes records as a Chrome-trace ("traceEvents") JSON file that chrome://tracing and Perfetto open.
 void write_chrome_trace(const std::string& path, const std::vector<std::pair<std::string, std::vector<TraceRecord>>>& phases);

@@ -619,12 +619,13 @@ size_t Model::decode_kv_bytes(int n_kv) const {
 
 std::vector<Model::GemmShape> Model::decode_gemms() const {
   const ModelConfig& c = cfg_;
+  const Layer& L = *layers_.front();
   return {
-      {"qkv_proj", c.qkv_dim(), c.n_embd, WeightType::W8},
-      {"attn_out_proj", c.n_embd, c.n_embd, WeightType::W8},
-      {"ffn_gate_up", int64_t(2) * c.n_ff, c.n_embd, WeightType::W8},
-      {"ffn_down", c.n_embd, c.n_ff, WeightType::W8},
-      {"lm_head", c.n_vocab, c.n_embd, WeightType::F16},
+      {"qkv_proj", c.qkv_dim(), c.n_embd, WeightType::W8, L.wqkv->stream_bytes()},
+      {"attn_out_proj", c.n_embd, c.n_embd, WeightType::W8, L.wo->stream_bytes()},
+      {"ffn_gate_up", int64_t(2) * c.n_ff, c.n_embd, WeightType::W8, L.wgu->stream_bytes()},
+      {"ffn_down", c.n_embd, c.n_ff, WeightType::W8, L.wdown->stream_bytes()},
+      {"lm_head", c.n_vocab, c.n_embd, WeightType::F16, lm_head_->stream_bytes()},
   };
 }
 

@@ -139,6 +139,7 @@ class Model {
     std::string name;
     int64_t n, k;
     WeightType type;
+    size_t bytes;  // what a decode step reads of the matrix (layer 0's; Matrix::stream_bytes)
   };
   std::vector<GemmShape> decode_gemms() const;
 

@@ -77,5 +77,74 @@ TEST(CriticalPath, HostTimedOpsInsideAFusedOneCountNothing) {
   EXPECT_TRUE(critical_path({}).rows.empty());
 }
 
+TEST(StepChainMedians, MedianAtEachPlaceOfTheStep) {
+  // Three steps of "a" then "b": chains a 10, 5, 7 and b 10, 15, 3 (b's last overlaps a's).
+  std::vector<TraceRecord> r = {kernel(0, 10), kernel(8, 20), kernel(20, 25), kernel(25, 40), kernel(40, 47), kernel(45, 50)};
+  r[1].name = r[3].name = r[5].name = "b";
+  r[0].name = r[2].name = r[4].name = "a";
+  EXPECT_EQ(step_chain_medians(r, 3), (std::vector<double>{7.0, 10.0}));
+  // A step whose kernel differs at a place is left out of that place's median.
+  r[4].name = "c";
+  EXPECT_EQ(step_chain_medians(r, 3), (std::vector<double>{10.0, 10.0}));
+  EXPECT_TRUE(step_chain_medians(r, 7).empty());
+  EXPECT_TRUE(step_chain_medians({}, 1).empty());
+}
+
+// A decode step like the H200's: 98 kernels, busy most of the step, 526 MB at 4,814 GB/s nominal.
+StepFigures h200_like() {
+  StepFigures f;
+  f.host_us = 430;
+  f.busy_us = 423;
+  f.chain_us = 422;
+  f.kernels = 98;
+  f.bytes = 526e6;
+  f.peak_gbs = 4814;
+  return f;
+}
+
+TEST(StepBound, ShortBusyKernelsBelowPeakAreALatencyBoundChain) {
+  const StepFigures f = h200_like();  // 4.3 us a kernel, 1,243 GB/s while busy
+  EXPECT_EQ(step_bound(f), Bound::Latency);
+  EXPECT_STREQ(bound_name(step_bound(f)), "latency-bound");
+}
+
+TEST(StepBound, EachRuleAtItsThreshold) {
+  StepFigures f = h200_like();
+  f.host_us = f.busy_us / (1 - kLaunchBoundIdle) + 1;  // idle just over 30%: launch-bound first
+  EXPECT_EQ(step_bound(f), Bound::Launch);
+  f.host_us = f.busy_us / (1 - kLaunchBoundIdle) - 1;
+  EXPECT_EQ(step_bound(f), Bound::Latency);
+
+  f = h200_like();
+  f.busy_us = f.bytes / (0.61 * f.peak_gbs * 1e3);  // 61% of nominal while busy
+  f.host_us = f.busy_us;
+  EXPECT_EQ(step_bound(f), Bound::Bandwidth);
+  f.busy_us = f.bytes / (0.59 * f.peak_gbs * 1e3);
+  f.host_us = f.busy_us;
+  f.chain_us = f.busy_us;
+  EXPECT_EQ(step_bound(f), Bound::Latency);  // 98 kernels of 1.9 us
+
+  f = h200_like();
+  f.chain_us = f.kernels * (kLatencyBoundChainUs + 0.1);  // long kernels, below peak: the kernels are slow
+  EXPECT_EQ(step_bound(f), Bound::Kernel);
+  EXPECT_STREQ(bound_name(Bound::Kernel), "neither");
+  f.peak_gbs = 0;  // unknown bandwidth: never bandwidth-bound
+  f.busy_us = 1;
+  f.host_us = 1;
+  EXPECT_EQ(step_bound(f), Bound::Kernel);
+  f.kernels = 0;  // nothing traced
+  EXPECT_EQ(step_bound(f), Bound::Kernel);
+}
+
+TEST(CategoryBound, UsesChainTimeNotDurations) {
+  // The lm_head alone: 145 MB in 40 us of chain is 3,625 GB/s, 75% of nominal.
+  EXPECT_EQ(category_bound(1, 40.0, 145e6, 4814), Bound::Bandwidth);
+  // 96 layer GEMVs: 380 MB in 378 us of chain, 3.9 us each.
+  EXPECT_EQ(category_bound(96, 378.0, 380e6, 4814), Bound::Latency);
+  // The same GEMVs at 6 us each: the kernels are slow.
+  EXPECT_EQ(category_bound(96, 576.0, 380e6, 4814), Bound::Kernel);
+  EXPECT_EQ(category_bound(0, 0.0, 0.0, 4814), Bound::Kernel);
+}
+
 }  // namespace
 }  // namespace tllm
