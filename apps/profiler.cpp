@@ -487,8 +487,9 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
     if (kernels[j]->name.find("matmul") != std::string::npos) mms.push_back(j);
   }
   const std::vector<Model::GemmShape> gemms = m.decode_gemms();
-  std::printf("\nGEMM shapes of one decode step (kernel: its duration; chain: what it adds to the step; weights: MB read,\n"
-              "and the time they take at the nominal bandwidth; the GEMM's kernel may do more: rmsnorm, rope, attention)\n"
+  std::printf("\nGEMM shapes of one decode step: layer 0's kernels and the lm_head (kernel: its duration in the first step;\n"
+              "chain: what it adds to the step, median over the steps; weights: MB read, and their time at the nominal\n"
+              "bandwidth; a GEMM's kernel may do more: rmsnorm, rope, attention)\n"
               "%-16s %4s %8s %6s  %-34s %-10s %-9s %8s %8s %8s %8s\n",
               "GEMM", "M", "N", "K", "kernel", "grid", "block", "kernel", "chain", "weights", "at peak");
   for (size_t i = 0; i < gemms.size(); ++i) {
