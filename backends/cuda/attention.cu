@@ -65,18 +65,21 @@
 //
 //   w8a16_matmul_m1_attention_decode<head_dim>  attention and the output projection with its
 //       residual add (AttentionDecodeDesc::wo) in one kernel, so that a decode layer hands off four
-//       times instead of five. Every block (one group of 8 warps per (KV head, head tile), at most
-//       two: 16 warps for the 14/2 heads) runs the whole attention as split 0 of the tensor-core
-//       kernel does, then multiplies the fp16 result by its 16 rows of the projection, copied into
-//       shared memory before the dependency wait, one warp per row in the order of w8a16_matmul_m1,
-//       and adds them to y: 56 blocks for 896 outputs. Taken where the caller expects at most one
-//       chunk of rows (max_n_kv, the model's short context class); past that, the blocks' repeated
-//       reads of K and V cost more than the hand-off saves. Measured on an H200, decode tok/s
-//       interleaved with the separate kernels: 2,120 against 2,059 after the "你好" chat prompt
-//       (4.13 µs in the step's chain against 2.34 + 2.50); over two chunks 1,979 against 1,971 at
-//       257-384 rows and 1,859 against 1,905 at 385-512. Blocks of 32 rows (2 per warp) decode
-//       2,064 tok/s, of 64 rows 1,924, of 8 rows 1,940 (112 blocks that hold their multiprocessors'
-//       registers keep the gate/up kernel's early blocks out: 6.69 against 5.34 µs).
+//       times instead of five. A thread-block cluster holds one block of 8 warps per (KV head, head
+//       tile) group, at most two (the 14/2 heads): each block runs its group's attention as split 0
+//       of the tensor-core kernel does and stores its heads' fp16 output into the shared memory of
+//       every block of the cluster; then each multiplies the whole output by its 8 rows of the
+//       projection, copied into shared memory before the dependency wait, one warp per row in the
+//       order of w8a16_matmul_m1, and adds them to y: 112 blocks for 896 outputs. Taken where the
+//       caller expects at most one chunk of rows (max_n_kv, the model's short context class); past
+//       that, the blocks' repeated reads of K and V cost more than the hand-off saves. Measured on an
+//       H200, decode tok/s interleaved with the separate kernels: 2,120 against 2,059 after the "你好"
+//       chat prompt, with blocks of 16 warps (both groups) and 16 rows. An 8-warp block at 128
+//       registers takes half a multiprocessor's registers, so it starts beside the QKV projection's
+//       blocks and loads its rows while they run, where a 16-warp block waited for a whole
+//       multiprocessor: 2,366-2,374 against 2,347-2,351. Clusters need sm_90; before it the kernel
+//       runs where one group covers every head, and attention and the projection are two kernels
+//       otherwise.
 //
 //   attention_prefill_kernel  m query rows at positions pos0 .. pos0+m-1 (pos0 read from memory
 //       when the op gives `pos`, as a recorded prefill does), causal, flash-attention 2 style on
@@ -691,10 +694,9 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kerne
 
 // ---- decode with the output projection ------------------------------------------------------------
 
-constexpr int kProjGroups = 2;  // (KV head, head tile) groups per block at most, 8 warps each
-constexpr int kProjRows = 16;   // output rows per block; a multiple of 16, so that its scales start
-                                // 16-byte aligned (k is a multiple of 32)
-constexpr int kProjRowsPerWarp = kProjRows / kDecodeMmaWarps;  // at most, with one group
+constexpr int kProjGroups = 2;  // (KV head, head tile) groups, one block of 8 warps each, per cluster
+constexpr int kProjRows = kDecodeMmaWarps;  // output rows per block, one per warp; a multiple of 8, so
+                                            // that its scales start 16-byte aligned (k: a multiple of 32)
 
 struct ProjArgs {
   DecodeArgs att;
@@ -703,40 +705,41 @@ struct ProjArgs {
   float* y = nullptr;              // (n_out)
   int n_out = 0, k = 0;            // k = n_head · head_dim
   int head_tiles = 0;
+  int groups = 1;                  // blocks per cluster: n_head_kv · head_tiles
 };
 
-// Dynamic shared memory of the fused kernel: each group's DecodeShared, the block's weight rows and
+// Dynamic shared memory of the fused kernel: the group's DecodeShared, the block's weight rows and
 // scales, and the attention output staged as fp32 (x_unit order).
 template <int kHd>
-size_t proj_smem_bytes(int groups, int k) {
+size_t proj_smem_bytes(int k) {
   static_assert(sizeof(DecodeShared<kHd, kDecodeMmaWarps>) % 16 == 0, "the parts after it stay 16-byte aligned");
-  return size_t(groups) * sizeof(DecodeShared<kHd, kDecodeMmaWarps>) + size_t(kProjRows) * k +
-         size_t(kProjRows) * k / 16 + size_t(k) * sizeof(float);
+  return sizeof(DecodeShared<kHd, kDecodeMmaWarps>) + size_t(kProjRows) * k + size_t(kProjRows) * k / 16 +
+         size_t(k) * sizeof(float);
 }
 
-// Every block runs the whole attention (one 8-warp group per (KV head, head tile), as the first
-// split of attention_decode_kernel, over every chunk of rows), then multiplies the fp16 result by
-// its kProjRows rows of the projection, which it copied into shared memory before the dependency
-// wait, and adds them to y. Block 0 also writes the attention output.
+// The blocks of a cluster run the whole attention, each one (KV head, head tile) group of 8 warps
+// as the first split of attention_decode_kernel over every chunk of rows, and store their heads'
+// output, rounded to fp16, into the shared memory of every block of the cluster. Then each block
+// multiplies that input by its kProjRows rows of the projection, copied into shared memory before
+// the dependency wait, and adds them to y. The first cluster also writes the attention output.
 template <int kHd>
-__global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
-    w8a16_matmul_m1_attention_decode(const ProjArgs p) {
+__global__ void __launch_bounds__(kDecodeMmaThreads, 2) w8a16_matmul_m1_attention_decode(const ProjArgs p) {
   using Shared = DecodeShared<kHd, kDecodeMmaWarps>;
   constexpr int kChunk = decode_chunk(kHd);
   extern __shared__ __align__(16) unsigned char proj_smem[];
   const DecodeArgs& a = p.att;
-  const int groups = int(blockDim.x) / kDecodeMmaThreads, n_warps = int(blockDim.x) >> 5;
-  const int tid = threadIdx.x, grp = tid / kDecodeMmaThreads, gtid = tid % kDecodeMmaThreads;
-  const int wid = tid >> 5, warp = wid % kDecodeMmaWarps, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int grp = int(blockIdx.x) % p.groups;  // the block's rank in its cluster
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int kvh = grp / p.head_tiles, tile = grp % p.head_tiles;
   const int h0 = kvh * a.group + tile * kDecodeHeads, nh = min(kDecodeHeads, a.group - tile * kDecodeHeads);
   const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * kHd;
   const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * kHd;
-  Shared& sh = reinterpret_cast<Shared*>(proj_smem)[grp];
-  int8_t* w_s = reinterpret_cast<int8_t*>(proj_smem + groups * sizeof(Shared));
+  Shared& sh = *reinterpret_cast<Shared*>(proj_smem);
+  int8_t* w_s = reinterpret_cast<int8_t*>(proj_smem + sizeof(Shared));
   __half* s_s = reinterpret_cast<__half*>(w_s + kProjRows * p.k);
   float4* xs = reinterpret_cast<float4*>(s_s + kProjRows * (p.k / kW8Group));
-  const int row0 = int(blockIdx.x) * kProjRows, rows = min(kProjRows, p.n_out - row0);
+  const int row0 = int(blockIdx.x) * kProjRows, rows = max(0, min(kProjRows, p.n_out - row0));
+  if (p.groups > 1) cluster_arrive();  // waited for before the first store into another block
 
   // Before the wait (as attention_decode_kernel with a.early): n_kv and the first chunk of rows, then
   // the block's weight rows and scales (each a contiguous run) into shared memory.
@@ -746,21 +749,17 @@ __global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
     n_kv = min(*a.n_kv, a.n_ctx);
     if (n_kv > 0) load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t);
   }
-  for (int i = tid; i < rows * p.k / 16; i += int(blockDim.x))
+  for (int i = tid; i < rows * p.k / 16; i += kDecodeMmaThreads)
     cp_async16(w_s + 16 * i, p.wq + int64_t(row0) * p.k + 16 * i, 16);
   const int s_bytes = rows * p.k / 16;
   const char* s_src = reinterpret_cast<const char*>(p.ws + int64_t(row0) * (p.k / kW8Group));
-  for (int i = tid; 16 * i < s_bytes; i += int(blockDim.x))
+  for (int i = tid; 16 * i < s_bytes; i += kDecodeMmaThreads)
     cp_async16(reinterpret_cast<char*>(s_s) + 16 * i, s_src + 16 * i, min(16, s_bytes - 16 * i));
   cp_async_commit();
   grid_dependency_wait();
   allow_dependent_launch();
-  float y0[kProjRowsPerWarp];  // the y values the warp's rows add to, in flight during the attention
-#pragma unroll
-  for (int j = 0; j < kProjRowsPerWarp; ++j) {
-    const int row = wid + j * n_warps;
-    y0[j] = lane == 0 && row < rows ? p.y[row0 + row] : 0.f;
-  }
+  // The y value the warp's row adds to, in flight during the attention.
+  const float y0 = lane == 0 && warp < rows ? p.y[row0 + warp] : 0.f;
   float4 qf[kHd / 16];
   load_q<kHd>(a, h0, nh, g, t, qf);
   if (!a.early) {
@@ -771,10 +770,12 @@ __global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
   }
   if (n_kv > 0) decode_rows<kHd>(a, r, qf, k_head, v_head, 0, n_kv, warp, lane, sh);
   __syncthreads();
+  if (p.groups > 1) cluster_wait();  // every block of the cluster has started
 
-  // The group's heads normalised and rounded to fp16, the projection's input (zeros without rows).
+  // The group's heads normalised and rounded to fp16, the projection's input (zeros without rows),
+  // into every block of the cluster.
   constexpr int kN4 = kHd / 4;
-  for (int i = gtid; i < nh * kN4; i += kDecodeMmaThreads) {
+  for (int i = tid; i < nh * kN4; i += kDecodeMmaThreads) {
     const int h = i / kN4, d = 4 * (i - h * kN4), e = (h0 + h) * kHd + d;
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
     if (n_kv > 0) {
@@ -783,32 +784,38 @@ __global__ void __launch_bounds__(kProjGroups * kDecodeMmaThreads, 1)
       const float inv = 1.0f / l;
       v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
     }
-    if (blockIdx.x == 0) store_out4(a.out + int64_t(h0 + h) * kHd, d, kHd, v, 1.0f);
-    xs[x_unit<true>(e / 16, (e % 16) / 4)] =
-        make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
+    if (int(blockIdx.x) < p.groups) store_out4(a.out + int64_t(h0 + h) * kHd, d, kHd, v, 1.0f);
+    const float4 x = make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
+    float4* to = &xs[x_unit<true>(e / 16, (e % 16) / 4)];
+    if (p.groups == 1) {
+      *to = x;
+    } else {
+      for (int rank = 0; rank < p.groups; ++rank)
+        st_cluster_u4(cluster_address(smem_address(to), unsigned(rank)), *reinterpret_cast<const uint4*>(&x));
+    }
   }
   cp_async_wait<0>();
   __syncthreads();
+  if (p.groups > 1) {  // every block's heads have arrived
+    cluster_arrive();
+    cluster_wait();
+  }
 
   // One warp per output row, as w8a16_matmul_m1 does it (same order of products and sums).
-#pragma unroll
-  for (int j = 0; j < kProjRowsPerWarp; ++j) {
-    const int row = wid + j * n_warps;
-    if (row >= rows) break;
-    const uint4* w_row = reinterpret_cast<const uint4*>(w_s + row * p.k);
-    const __half* s_row = s_s + row * (p.k / kW8Group);
-    float acc = 0.f;
-    for (int c = lane; c < p.k / 16; c += 32) {
-      const uint4 w = w_row[c];
-      float d = dot_i8x4(w.x, xs[x_unit<true>(c, 0)], 0.f);
-      d = dot_i8x4(w.y, xs[x_unit<true>(c, 1)], d);
-      d = dot_i8x4(w.z, xs[x_unit<true>(c, 2)], d);
-      d = dot_i8x4(w.w, xs[x_unit<true>(c, 3)], d);
-      acc = fmaf(d, __half2float(s_row[c >> 1]), acc);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) p.y[row0 + row] = y0[j] + acc;
+  if (warp >= rows) return;
+  const uint4* w_row = reinterpret_cast<const uint4*>(w_s + warp * p.k);
+  const __half* s_row = s_s + warp * (p.k / kW8Group);
+  float acc = 0.f;
+  for (int c = lane; c < p.k / 16; c += 32) {
+    const uint4 w = w_row[c];
+    float d = dot_i8x4(w.x, xs[x_unit<true>(c, 0)], 0.f);
+    d = dot_i8x4(w.y, xs[x_unit<true>(c, 1)], d);
+    d = dot_i8x4(w.z, xs[x_unit<true>(c, 2)], d);
+    d = dot_i8x4(w.w, xs[x_unit<true>(c, 3)], d);
+    acc = fmaf(d, __half2float(s_row[c >> 1]), acc);
   }
+  acc = warp_sum(acc);
+  if (lane == 0) p.y[row0 + warp] = y0 + acc;
 }
 
 // ---- prefill -------------------------------------------------------------------------------------
@@ -1119,9 +1126,12 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
     // (14/2 heads: two), and at most one chunk of rows by the caller's bound.
     const int max_rows = d.max_n_kv > 0 ? std::min(d.max_n_kv, d.n_ctx) : d.n_ctx;
     const int groups = d.n_head_kv * head_tiles;
-    const size_t smem = d.head_dim == 64 ? proj_smem_bytes<64>(groups, int(d.wo->k()))
-                                         : proj_smem_bytes<128>(groups, int(d.wo->k()));
-    if (tensor && groups <= kProjGroups && max_rows <= decode_chunk(d.head_dim) && smem <= smem_optin_) {
+    const size_t smem = d.head_dim == 64 ? proj_smem_bytes<64>(int(d.wo->k())) : proj_smem_bytes<128>(int(d.wo->k()));
+    const auto fused = d.head_dim == 64 ? w8a16_matmul_m1_attention_decode<64> : w8a16_matmul_m1_attention_decode<128>;
+    const unsigned blocks = unsigned(ceil_div(ceil_div(d.wo->n(), kProjRows), groups) * groups);
+    if (tensor && groups <= kProjGroups && max_rows <= decode_chunk(d.head_dim) && smem <= smem_optin_ &&
+        (groups == 1 || (cc_major_ >= 9 && active_clusters(reinterpret_cast<const void*>(fused), dim3(blocks),
+                                                           dim3(kDecodeMmaThreads), smem, unsigned(groups)) > 0))) {
       const CudaMatrix& w = cuda_matrix(d.wo, op);
       ProjArgs p;
       p.att = a;
@@ -1131,8 +1141,8 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
       p.n_out = int(w.n());
       p.k = int(w.k());
       p.head_tiles = head_tiles;
-      launch(d.head_dim == 64 ? w8a16_matmul_m1_attention_decode<64> : w8a16_matmul_m1_attention_decode<128>,
-             dim3(unsigned(ceil_div(w.n(), kProjRows))), dim3(unsigned(groups * kDecodeMmaThreads)), smem, p);
+      p.groups = groups;
+      launch_clusters(fused, dim3(blocks), dim3(kDecodeMmaThreads), smem, unsigned(groups), p);
       return;
     }
   }
