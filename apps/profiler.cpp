@@ -66,6 +66,11 @@ std::string dims(const int* d) {
 
 double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
 }  // namespace
 
 namespace {
@@ -125,8 +130,7 @@ std::vector<double> step_chain_medians(const std::vector<TraceRecord>& records, 
     for (size_t i = j; i < k.size(); i += per) {
       if (k[i]->name == k[j]->name) v.push_back(times[i]);
     }
-    std::sort(v.begin(), v.end());
-    out[j] = v[v.size() / 2];  // v holds at least times[j]
+    out[j] = median(std::move(v));
   }
   return out;
 }
@@ -251,11 +255,6 @@ void print_kernel_summary(const std::vector<TraceRecord>& recs, const char* titl
     std::printf("%-44s %8d %12.2f %12.3f %7.1f%%\n", name.substr(0, 44).c_str(), row.calls, row.total_us / row.calls,
                 row.total_us / 1e3, all > 0 ? 100 * row.total_us / all : 0.0);
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
 // The critical path (critical_path) as a table: per kernel and grid, the calls, the median chain
