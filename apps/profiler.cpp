@@ -71,10 +71,6 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-}  // namespace
-
-namespace {
-
 // The chain time of each kernel of k (in start order), and the device's waits for launches.
 std::vector<double> chain_times(const std::vector<const TraceRecord*>& k, std::vector<LaunchWait>* waits) {
   std::vector<double> chain;
