@@ -66,6 +66,9 @@ std::string dims(const int* d) {
 
 double sum(const std::vector<double>& v) { return std::accumulate(v.begin(), v.end(), 0.0); }
 
+// GB/s of `bytes` moved in `us` microseconds (0 for no time).
+double gb_per_s(double bytes, double us) { return us > 0 ? bytes / (us * 1e-6) / 1e9 : 0.0; }
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0.0 : v[v.size() / 2];
@@ -149,7 +152,7 @@ Bound latency_or_kernel(double chain_us, double kernels) {
 }
 
 bool near_peak(double bytes, double us, double peak_gbs) {
-  return peak_gbs > 0 && us > 0 && bytes / (us * 1e-6) / 1e9 > kBandwidthBoundFraction * peak_gbs;
+  return peak_gbs > 0 && gb_per_s(bytes, us) > kBandwidthBoundFraction * peak_gbs;
 }
 
 }  // namespace
@@ -388,9 +391,8 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   double all_chain_us = 0;
   for (const auto& kv : cats) all_chain_us += kv.second.chain_us;
   const double peak = dev.peak_bandwidth_gbs;
-  auto verdict = [&](const Cat& c) -> std::string {
+  auto verdict = [&](const Cat& c, double gbs) -> std::string {
     const double avg = c.calls ? c.chain_us / c.calls : 0;
-    const double gbs = c.chain_us > 0 ? c.bytes / (c.chain_us * 1e-6) / 1e9 : 0;
     char buf[160];
     if (c.chain_us <= 0) return "timed inside other ops: adds nothing of its own";
     switch (category_bound(c.calls, c.chain_us, c.bytes, peak)) {
@@ -415,9 +417,9 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
       continue;
     }
     const Cat& c = it->second;
-    const double gbs = c.chain_us > 0 && c.bytes > 0 ? c.bytes / (c.chain_us * 1e-6) / 1e9 : 0;
+    const double gbs = gb_per_s(c.bytes, c.chain_us);
     std::printf("%-12s %8d %12.3f %12.3f %7.1f%% %10.0f  %s\n", name, c.calls, c.us / 1e3, c.chain_us / 1e3,
-                all_chain_us > 0 ? 100 * c.chain_us / all_chain_us : 0, gbs, verdict(c).c_str());
+                all_chain_us > 0 ? 100 * c.chain_us / all_chain_us : 0, gbs, verdict(c, gbs).c_str());
   }
 
   // Launches and gaps per step.
@@ -510,8 +512,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   f.peak_gbs = peak;
   const Bound bound = step_bound(f);
   const double idle_frac = f.host_us > 0 ? std::max(0.0, f.host_us - f.busy_us) / f.host_us : 0;
-  const double busy_gbs = f.busy_us > 0 ? f.bytes / (f.busy_us * 1e-6) / 1e9 : 0;
-  const double wall_gbs = f.host_us > 0 ? f.bytes / (f.host_us * 1e-6) / 1e9 : 0;
+  const double busy_gbs = gb_per_s(f.bytes, f.busy_us), wall_gbs = gb_per_s(f.bytes, f.host_us);
   const double chain_each = f.kernels > 0 ? f.chain_us / f.kernels : 0;
   std::printf("\nDiagnosis of a decode step: %.1f us per step, device busy %.1f us (%.0f%%), %.1f MB read\n", f.host_us,
               f.busy_us, 100 * (1 - idle_frac), f.bytes / 1e6);
