@@ -16,8 +16,8 @@ const char* stop_reason_name(StopReason r) {
 }
 
 namespace {
-double ms_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+double steady_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 }  // namespace
 
@@ -100,10 +100,11 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
     throw ModelError("the prompt (" + std::to_string(prompt.size()) + " tokens after " + std::to_string(n_past()) +
                      " in the context) does not fit the context of " + std::to_string(n_ctx) + " tokens");
   }
-  const auto t0 = std::chrono::steady_clock::now();
+  const std::function<double()> now = opt.clock_ms ? opt.clock_ms : steady_ms;
+  const double t0 = now();
   model_.prefill(prompt.data(), int(prompt.size()), n_past());
   model_.backend().synchronize();
-  res.prefill_ms = ms_since(t0);
+  res.prefill_ms = now() - t0;
   res.n_prompt = int(prompt.size());
   history_.insert(history_.end(), prompt.begin(), prompt.end());
   pending_ = -1;
@@ -113,8 +114,8 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
   // The decode clock starts where TTFT's stops, before any step is queued: GreedyRuns queues its
   // first runs in its constructor, and launched one by one (no step capture) they take the host
   // milliseconds, while the device already runs them.
-  auto ts = std::chrono::steady_clock::now();
-  res.ttft_ms = std::chrono::duration<double, std::milli>(ts - t0).count();
+  double ts = now();
+  res.ttft_ms = ts - t0;
   // Plain greedy decoding runs ahead of the host (GreedyRuns). A step is run only for a token
   // another token can follow (the g-th generated token, g < max_tokens, at a position inside the
   // context).
@@ -149,8 +150,9 @@ GenerationResult Session::generate(const std::vector<int32_t>& new_tokens, const
       history_.push_back(tok);
       tok = pick();
     }
-    res.token_ms.push_back(ms_since(ts));
-    ts = std::chrono::steady_clock::now();
+    const double t = now();
+    res.token_ms.push_back(t - ts);
+    ts = t;
   }
   if (runs) runs->close();
   pending_ = tok;

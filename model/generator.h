@@ -34,6 +34,9 @@ struct GenerationResult {
 struct GenerateOptions {
   int max_tokens = 128;
   bool stop_at_end_token = true;  // benchmarks turn this off to always generate max_tokens
+  // The clock the figures are read from, in ms; std::chrono::steady_clock when empty. Tests pass
+  // one that counts decode steps (Model::decode_steps_queued) to check what each figure covers.
+  std::function<double()> clock_ms;
 };
 
 // Greedy decode steps run ahead of the host, as Session::generate and the profiler run them: the

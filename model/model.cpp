@@ -563,6 +563,7 @@ void Model::run_decode_steps(int pos, int n) {
   });
   argmax_ready_ = true;
   next_step_pos_ = pos + n;
+  decode_steps_queued_ += uint64_t(n);
 }
 
 uint64_t Model::queue_run_tokens(int n) {

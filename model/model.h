@@ -129,6 +129,9 @@ class Model {
   void decode_run(int pos, int n);
   uint64_t queue_run_tokens(int n);
   void take_run_tokens(uint64_t ticket, int n, int32_t* out);
+  // Decode steps queued since load (decode and decode_run): a clock for checks of what a timed
+  // span covers (GenerateOptions::clock_ms).
+  uint64_t decode_steps_queued() const { return decode_steps_queued_; }
 
   // Per decode step: bytes of weights streamed (every matrix once + lm_head) and the KV bytes read
   // at context length n_kv.
@@ -204,6 +207,7 @@ class Model {
   // The position step_ will hold for the next decode step, or -1: a decode step's argmax advances
   // [pos, n_kv] by one on the device, so a step that continues from the last one uploads nothing.
   int next_step_pos_ = -1;
+  uint64_t decode_steps_queued_ = 0;
 };
 
 }  // namespace tllm

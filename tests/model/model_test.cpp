@@ -246,28 +246,27 @@ TEST_P(ModelTest, GreedyRunAheadMatchesStepByStep) {
 
 // The token times add up to the whole decode: the clock starts before GreedyRuns queues its first
 // runs, which on the CPU backend compute while they are queued (and launched one by one on a GPU
-// take the host milliseconds while the device runs them). Two steps must take at least as long as
-// the fastest of three lone steps (decode + argmax on the host) at the same depth.
+// take the host milliseconds while the device runs them). Counted, not timed: with a clock that
+// reads the decode steps queued so far, TTFT covers none of them and the token times all of them,
+// whatever the runs' lengths (one step at a time on the CPU, runs of up to kDecodeRunMax on CUDA).
 TEST_P(ModelTest, TokenTimesCoverEveryDecodeStep) {
   Loaded l = load(synth_file(arch()), backend());
   Model& m = *l.model;
   const auto toks = test_prompt(8, m.config().n_vocab);
-  m.prefill(toks.data(), int(toks.size()), 0);
-  int32_t t = m.argmax();
-  double step_ms = 1e30;
-  for (int i = 0; i < 3; ++i) {
-    const auto a = std::chrono::steady_clock::now();
-    m.decode(t, int(toks.size()) + i);
-    t = m.argmax();
-    step_ms = std::min(step_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
-  }
   Session s(m, SamplerParams{}, {});
   GenerateOptions g;
-  g.max_tokens = 3;
+  g.max_tokens = 6;
   g.stop_at_end_token = false;
+  g.clock_ms = [&m] { return double(m.decode_steps_queued()); };
+  const uint64_t before = m.decode_steps_queued();
   const GenerationResult r = s.generate(toks, g);
-  ASSERT_EQ(r.token_ms.size(), 2u);
-  EXPECT_GE(r.token_ms[0] + r.token_ms[1], step_ms) << "two decode steps timed shorter than one";
+  ASSERT_EQ(r.token_ms.size(), 5u);
+  EXPECT_EQ(r.prefill_ms, 0.0);
+  EXPECT_EQ(r.ttft_ms, 0.0) << "decode steps queued before the first token was on the host";
+  double sum = 0;
+  for (double t : r.token_ms) sum += t;
+  EXPECT_EQ(sum, 5.0) << "decode steps queued outside the token times";
+  EXPECT_EQ(m.decode_steps_queued() - before, 5u);
 }
 
 // Runs of decode steps (Model::decode_run, one captured unit per run length) give the tokens of
