@@ -1143,6 +1143,7 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
       p.head_tiles = head_tiles;
       p.groups = groups;
       launch_clusters(fused, dim3(blocks), dim3(kDecodeMmaThreads), smem, unsigned(groups), p);
+      last_launch_ = LastLaunch::AttentionWithProjection;
       return;
     }
   }

@@ -126,6 +126,7 @@ class CudaBackend final : public Backend {
     const cudaLaunchConfig_t cfg = launch_config(grid, block, smem, cluster_x, attrs);
     CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
     ++launches_;
+    last_launch_ = LastLaunch::Other;
   }
   // Clusters of cluster_x blocks of `kernel` that the GPU runs at once (0: it cannot run them).
   int active_clusters(const void* kernel, dim3 grid, dim3 block, size_t smem, unsigned cluster_x);
@@ -149,6 +150,13 @@ class CudaBackend final : public Backend {
   static constexpr int kLaunchAttrs = 2;  // programmatic dependent launch, cluster dimension
   cudaLaunchConfig_t launch_config(dim3 grid, dim3 block, size_t smem, unsigned cluster_x,
                                    cudaLaunchAttribute (&attrs)[kLaunchAttrs]) const;
+
+  // The kernel launched last, where a launch plan depends on it: what the blocks of the kernel
+  // before leave room for decides which form of a GEMV requests its weights earliest (matmul_m1's
+  // SwiGLU GEMV after the fused attention and output projection, matmul_m1_kernel). Every launch
+  // sets Other; the fused attention sets its own after launching.
+  enum class LastLaunch { Other, AttentionWithProjection };
+  LastLaunch last_launch_ = LastLaunch::Other;
 
   // Op pieces shared between files.
   void rmsnorm_rows(const float* x, const float* weight, __half* out, int64_t m, int64_t n, float eps);

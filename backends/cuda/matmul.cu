@@ -8,8 +8,8 @@
 //                    and up row j + n/2, which share every x read); each lane reads 16-byte vectors of
 //                    16 int8 weights, so one load of a warp covers 512 contiguous bytes of a row. Long
 //                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
-//                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 4 warps per row).
-//                    A launch takes as many warps (64 registers each) as fit on the GPU at once, up to
+//                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 4 warps per row). A
+//                    launch takes as many warps (64 registers each) as fit on the GPU at once, up to
 //                    one per row and slice: the more warps, the more weights are requested before the
 //                    previous kernel ends (programmatic dependent launch; the weights do not depend on
 //                    it). ffn_down's kernel is held to 48 registers, which leaves room beside its
@@ -19,20 +19,24 @@
 //                    for the next kernel's blocks (see gemv_plan). A lane requests its first batch of
 //                    vectors (up to 8) before waiting on the previous kernel; a warp with more rows or
 //                    batches (ffn_gate_up: 4864 rows for 4224 warps) requests each next batch before
-//                    using the current one. Weights and scales are streaming loads (ld.global.cs: read
-//                    once per step, evicted first). On an H200 they decode 2,058-2,060 tok/s against
-//                    2,037-2,041 with read-only loads (ld.global.nc), and 1,787-1,790 against
-//                    1,775-1,778 at 4,096 tokens of context; read-only loads with an evict-first L2
-//                    policy lost (2,029). x (k fp16 values, or the rmsnorm prologue's fp16 output) is
-//                    staged once per block in shared memory as fp32, every load of a thread issued
-//                    before the first store; the bias and the y being accumulated into are requested
-//                    before x is staged (and for each later row when it starts), so that their trip to
-//                    memory overlaps x's. int8 → fp32 is one byte permute and one subtract (the 2^23
-//                    magic number); the 16 products of a vector are summed in fp32, one 4-value unit
-//                    of x at a time, and scaled by their group's scale. The QKV projection's epilogue
-//                    applies rope and appends k and v to the caches: the block's 8 warps take the 4
-//                    rotation pairs' rows (j and j + head_dim/2, or 2j and 2j + 1), so a pair is
-//                    finished inside one block, with the angle in fp64 as in the rope kernel.
+//                    using the current one; right after the fused attention and output projection
+//                    (decode steps up to 256 cache rows) ffn_gate_up takes two pairs a warp instead,
+//                    all its weights in one batch (w8a16_matmul_m1_rmsnorm_swiglu_x2, 304 blocks of 80
+//                    registers; see matmul_m1_kernel). Weights and scales are streaming loads
+//                    (ld.global.cs: read once per step, evicted first). On an H200 they decode
+//                    2,058-2,060 tok/s against 2,037-2,041 with read-only loads (ld.global.nc), and
+//                    1,787-1,790 against 1,775-1,778 at 4,096 tokens of context; read-only loads with
+//                    an evict-first L2 policy lost (2,029). x (k fp16 values, or the rmsnorm prologue's
+//                    fp16 output) is staged once per block in shared memory as fp32, every load of a
+//                    thread issued before the first store; the bias and the y being accumulated into
+//                    are requested before x is staged (and for each later row when it starts), so that
+//                    their trip to memory overlaps x's. int8 → fp32 is one byte permute and one
+//                    subtract (the 2^23 magic number); the 16 products of a vector are summed in fp32,
+//                    one 4-value unit of x at a time, and scaled by their group's scale. The QKV
+//                    projection's epilogue applies rope and appends k and v to the caches: the block's
+//                    8 warps take the 4 rotation pairs' rows (j and j + head_dim/2, or 2j and 2j + 1),
+//                    so a pair is finished inside one block, with the angle in fp64 as in the rope
+//                    kernel.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
@@ -311,9 +315,19 @@ struct GemvBatch {
   __half scale[kRows][kBatch];  // W8 group scale of each vector
 };
 
-// Weight row r of output row `row`: the row itself, or with SwiGLU its gate (r = 0) or up row (r = 1).
+// A warp with two SwiGLU pairs (kRows = 4, w8a16_matmul_m1_rmsnorm_swiglu_x2) owns output rows j and
+// j + kTwoPairWarps: its 8-warp block covers 16 consecutive rows.
+constexpr int kTwoPairWarps = 8;
+// Output row of weight row r of a warp whose first output row is `row`: r = 2, 3 are the second
+// pair's.
+template <int kRows>
+__device__ __forceinline__ int out_row(int row, int r) {
+  return kRows == 4 ? row + (r >> 1) * kTwoPairWarps : row;
+}
+// Weight row r of output row `row`: the row itself, or with SwiGLU its gate (r even) or up row (r odd).
+template <int kRows>
 __device__ __forceinline__ int64_t weight_row(const GemvArgs& a, int row, int r) {
-  return row + int64_t(r) * a.pair_offset;
+  return out_row<kRows>(row, r) + int64_t(r & 1) * a.pair_offset;
 }
 
 // Vector c of batch b for a lane: c = first + step · (b · kBatch + i), i < kBatch. Rows past the
@@ -324,13 +338,13 @@ __device__ __forceinline__ void gemv_load(const GemvArgs& a, int row, int batch,
   const int c0 = first + step * batch * kBatch;
 #pragma unroll
   for (int p = 0; p < kRows; ++p) {
-    const int64_t wrow = weight_row(a, row, p);
+    const int64_t wrow = weight_row<kRows>(a, row, p);
     const uint4* wv = kW8 ? reinterpret_cast<const uint4*>(a.q + wrow * a.k) : reinterpret_cast<const uint4*>(a.w16 + wrow * a.k_pad);
     const __half* sv = kW8 ? a.scales + wrow * (a.k / kW8Group) : nullptr;
 #pragma unroll
     for (int i = 0; i < kBatch; ++i) {
       const int c = c0 + step * i;
-      const bool ok = row < a.rows && c < a.chunks;
+      const bool ok = out_row<kRows>(row, p) < a.rows && c < a.chunks;
       r.w[p][i] = ok ? __ldcs(wv + c) : make_uint4(0u, 0u, 0u, 0u);
       if constexpr (kW8) r.scale[p][i] = ok ? __ldcs(sv + (c >> 1)) : __ushort_as_half(0);
     }
@@ -387,7 +401,10 @@ template <int kRows>
 __device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
   const bool mine = writer && row < a.rows;
 #pragma unroll
-  for (int p = 0; p < kRows; ++p) e.bias[p] = mine && a.bias ? a.bias[weight_row(a, row, p)] : 0.f;
+  for (int p = 0; p < kRows; ++p) {
+    const bool in_range = kRows < 4 || out_row<kRows>(row, p) < a.rows;  // a second pair may lie past the end
+    e.bias[p] = mine && in_range && a.bias ? a.bias[weight_row<kRows>(a, row, p)] : 0.f;
+  }
   e.y = kRows == 1 && mine && a.accumulate ? a.y[row] : 0.f;
 }
 
@@ -428,9 +445,14 @@ __device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const flo
     a.y[row] = out;
     best.offer(out, row);
   } else {
-    const float g = v[0] + e.bias[0];
-    const float u = v[1] + e.bias[1];
-    a.out16[row] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+#pragma unroll
+    for (int q = 0; q < kRows / 2; ++q) {
+      const int r = out_row<kRows>(row, 2 * q);
+      if (r >= a.rows) break;
+      const float g = v[2 * q] + e.bias[2 * q];
+      const float u = v[2 * q + 1] + e.bias[2 * q + 1];
+      a.out16[r] = __float2half_rn(g / (1.0f + expf(-g)) * u);
+    }
   }
 }
 
@@ -472,17 +494,18 @@ constexpr int kNarrowStageBatch = 3;
 // weight row. The first batch is requested before the dependency wait. With kPrefetch a second set
 // of registers holds the next batch, requested before the current one is used, so that a warp with
 // several rows or batches always has weights in flight; variants that hold more than 4 vectors per
-// lane (down: one row per warp, all of it in one batch) need no second set.
-template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm>
+// lane (down: one row per warp, all of it in one batch) need no second set. kTwoPairs (SwiGLU, blocks
+// of kTwoPairWarps warps, one slice): a warp owns output rows j and j + kTwoPairWarps.
+template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm, bool kTwoPairs = false>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
-  constexpr int kRows = kPair ? 2 : 1;
+  constexpr int kRows = kPair ? (kTwoPairs ? 4 : 2) : 1;
   constexpr bool kNarrow = kGemvNarrow<kW8, kPair, kBatch, kRope, kNorm>;
   constexpr bool kPrefetch = kRows * kBatch <= 4 && !kNarrow;
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
   __shared__ float partial[kGemvMaxWarps][kRows];
   __shared__ float rope_vals[kGemvRopeWarps];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int rows_per_block = int(blockDim.x >> 5) / a.slices;
+  const int rows_per_block = int(blockDim.x >> 5) / a.slices * (kTwoPairs ? 2 : 1);
   const int slice = warp % a.slices;
   const int first = slice * 32 + lane, step = 32 * a.slices;
   const int n_batches = (a.chunks + step * kBatch - 1) / (step * kBatch);
@@ -579,6 +602,13 @@ TLLM_GEMV_KERNELS(_rmsnorm_swiglu, true, false, true, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rope, false, true, false, TLLM_GEMV_BOUNDS)
 TLLM_GEMV_KERNELS(_rmsnorm_rope, false, true, true, TLLM_GEMV_BOUNDS)
 #undef TLLM_GEMV_KERNELS
+// ffn_gate_up after the fused attention and output projection: two SwiGLU pairs a warp (rows j
+// and j + 8 of an 8-warp block), every weight in one batch requested before the wait, 80 registers
+// (three blocks a multiprocessor, no spills; at 64 registers it spills 96 bytes). See
+// CudaBackend::matmul_m1_kernel.
+__global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs a) {
+  gemv<true, true, 2, false, true, /*kTwoPairs=*/true>(a);
+}
 #undef TLLM_GEMV_BOUNDS
 #undef TLLM_GEMV_PLAIN_BOUNDS
 
@@ -1962,7 +1992,18 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
   }
 }
 
+// The rmsnorm + SwiGLU GEMV right after the fused attention and output projection (decode steps up
+// to 256 cache rows) takes two pairs a warp (w8a16_matmul_m1_rmsnorm_swiglu_x2: 304 blocks at the
+// benchmarked model's 4,864 pairs, every weight requested before the wait, none in a second pass)
+// instead of one (528 blocks, the first 80 of which take a second pass). On an H200 decode runs
+// 2,434-2,444 against 2,377-2,383 tok/s (interleaved, one build); in the chain, gate/up 4.96 against
+// 5.22 µs, the QKV projection after down 2.85 against 3.29, down 3.33 against 3.17. After the
+// separate output projection of longer contexts it loses (1,937 against 2,024 tok/s at 4,096
+// tokens, 2,104 against 2,209 at 512): gate/up gains 0.36 µs but the output projection before it
+// and down after it lose 0.54 and 0.55.
+
 bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
+  const bool after_attention_projection = last_launch_ == LastLaunch::AttentionWithProjection;
   const bool w8 = w.w8_layout();
   const bool pair = d.epilogue == MatmulEpilogue::SwiGLU;
   GemvArgs a;
@@ -2007,6 +2048,15 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     a.argmax = d.argmax;
     a.argmax_ws = argmax_workspace();
     a.argmax_advance = d.argmax_advance;
+  }
+  if (after_attention_projection && pair && norm && w.type() == WeightType::W8 && plan.slices == 1 &&
+      plan.batch == 2 && plan.warps == kTwoPairWarps) {
+    const auto x2 = w8a16_matmul_m1_rmsnorm_swiglu_x2;
+    const int64_t x2_resident =
+        int64_t(resident_blocks(reinterpret_cast<const void*>(x2), 32 * kTwoPairWarps, smem)) * sm_count_;
+    launch(x2, dim3(unsigned(std::min(ceil_div(a.rows, 2 * kTwoPairWarps), x2_resident))), dim3(32 * kTwoPairWarps),
+           smem, a);
+    return true;
   }
   launch(gemv_kernel(w, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(32 * plan.warps), smem, a);
   return true;

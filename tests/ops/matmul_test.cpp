@@ -10,6 +10,7 @@
 // an output by about Σ|x·w| / k, several times that bound even at k = 4864.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "ops/conformance.h"
 #include "ops/reference.h"
@@ -323,8 +324,9 @@ class MatmulFusedTest : public MatmulTest {
   };
   static constexpr float kEps = 1e-6f;
 
-  // The backend's y (m, n), or out16 (m, n/2) widened to float for SwiGLU.
-  std::vector<float> run_fused(const Fused& f, bool m1) {
+  // The backend's y (m, n), or out16 (m, n/2) widened to float for SwiGLU. `before` runs just
+  // before the matmul, on the same stream.
+  std::vector<float> run_fused(const Fused& f, bool m1, const std::function<void()>& before = {}) {
     const int64_t n = f.w.n, k = f.w.k;
     auto w = be().upload_matrix(f.w.view());
     Buffer norm_x = f.norm_x.empty() ? Buffer() : upload(f.norm_x);
@@ -347,6 +349,7 @@ class MatmulFusedTest : public MatmulTest {
       d.epilogue = MatmulEpilogue::SwiGLU;
       d.out16 = out16.as<half_t>();
     }
+    if (before) before();
     if (m1) {
       be().matmul_m1(d);
     } else {
@@ -356,7 +359,7 @@ class MatmulFusedTest : public MatmulTest {
   }
 
   // Reference of the unfused sequence: rmsnorm -> fp16 -> matmul [-> silu(gate) * up -> fp16].
-  void check_fused(const Fused& f, bool m1) {
+  void check_fused(const Fused& f, bool m1, const std::function<void()>& before = {}) {
     const int64_t n = f.w.n, k = f.w.k;
     const std::vector<float> w = ref::dequantize(f.w.view());
     std::vector<float> x = to_float(f.x);
@@ -377,7 +380,7 @@ class MatmulFusedTest : public MatmulTest {
     // Error of one projection: fp32 accumulation plus the prologue's rounding slack.
     std::vector<double> y_tol(y.size());
     for (size_t i = 0; i < y.size(); ++i) y_tol[i] = fp32_sum_error(k) * mag[i] + y_slack[i];
-    const std::vector<float> got = run_fused(f, m1);
+    const std::vector<float> got = run_fused(f, m1, before);
     if (!f.swiglu) {
       EXPECT_TRUE(all_close(got, y, y_tol)) << "rmsnorm prologue m=" << f.m << " n=" << n << " k=" << k;
       return;
@@ -453,6 +456,49 @@ TEST_P(MatmulFusedTest, RmsNormPrologueSwiGlu) {
     check_fused(make(rng, type, 1, 2 * 4864, 896, true, true), true);
     check_fused(make(rng, type, 5, 2 * 33, 160, true, true), false);
     check_fused(make(rng, type, 65, 2 * 33, 160, true, true), false);
+  }
+}
+
+// ffn_gate_up as a decode step runs it: right after a decode attention with the output projection
+// fused in (the benchmarked model's 14/2 heads of 64 at 200 of at most 256 rows), where the CUDA
+// backend takes the GEMV two SwiGLU pairs a warp (w8a16_matmul_m1_rmsnorm_swiglu_x2, 16 pairs a
+// block). The model's 4,864 pairs, then 4,863 and 4,100, which leave a last block's second pairs
+// (and at 4,100 half its warps) past the end. Where the backend traces kernels and the fused
+// attention ran, the two-pairs form must have followed it.
+TEST_P(MatmulFusedTest, RmsNormPrologueSwiGluAfterAttention) {
+  Rng rng(206);
+  constexpr int kHeads = 14, kHeadsKv = 2, kHeadDim = 64, kCtx = 256, kRows = 200, kEmbd = kHeads * kHeadDim;
+  Buffer q = upload(random_floats(rng, size_t(kEmbd), -1.0f, 1.0f));
+  Buffer kc = upload(random_halves(rng, size_t(kHeadsKv) * kCtx * kHeadDim, -1.0f, 1.0f));
+  Buffer vc = upload(random_halves(rng, size_t(kHeadsKv) * kCtx * kHeadDim, -1.0f, 1.0f));
+  Buffer out = alloc<half_t>(size_t(kEmbd)), y = alloc<float>(size_t(kEmbd));
+  Buffer n_kv = upload(std::vector<int32_t>{kRows});
+  auto wo = be().upload_matrix(random_w8(rng, kEmbd, kEmbd).view());
+  AttentionDecodeDesc a;
+  a.q = q.as<float>();
+  a.k_cache = kc.as<half_t>();
+  a.v_cache = vc.as<half_t>();
+  a.out = out.as<half_t>();
+  a.n_kv = n_kv.as<int32_t>();
+  a.n_head = kHeads;
+  a.n_head_kv = kHeadsKv;
+  a.head_dim = kHeadDim;
+  a.n_ctx = kCtx;
+  a.scale = 0.125f;
+  a.wo = wo.get();
+  a.y = y.as<float>();
+  a.max_n_kv = kCtx;
+  const auto attention = [&] { be().attention_decode(a); };
+  for (int64_t n_ff : {4864, 4863, 4100}) {
+    const bool traced = n_ff == 4864 && be().trace_begin();
+    check_fused(make(rng, WeightType::W8, 1, 2 * n_ff, kEmbd, true, true), true, attention);
+    if (!traced) continue;
+    bool fused_attention = false, two_pairs = false;
+    for (const TraceRecord& r : be().trace_end()) {
+      if (r.name.find("w8a16_matmul_m1_attention_decode") != std::string::npos) fused_attention = true;
+      if (r.name.find("w8a16_matmul_m1_rmsnorm_swiglu_x2") != std::string::npos) two_pairs = fused_attention;
+    }
+    EXPECT_EQ(two_pairs, fused_attention) << "the SwiGLU GEMV after the fused attention";
   }
 }
 
