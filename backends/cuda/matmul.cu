@@ -1996,11 +1996,11 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
 // to 256 cache rows) takes two pairs a warp (w8a16_matmul_m1_rmsnorm_swiglu_x2: 304 blocks at the
 // benchmarked model's 4,864 pairs, every weight requested before the wait, none in a second pass)
 // instead of one (528 blocks, the first 80 of which take a second pass). On an H200 decode runs
-// 2,434-2,444 against 2,377-2,383 tok/s (interleaved, one build); in the chain, gate/up 4.96 against
-// 5.22 µs, the QKV projection after down 2.85 against 3.29, down 3.33 against 3.17. After the
-// separate output projection of longer contexts it loses (1,937 against 2,024 tok/s at 4,096
-// tokens, 2,104 against 2,209 at 512): gate/up gains 0.36 µs but the output projection before it
-// and down after it lose 0.54 and 0.55.
+// 2,430.5 / 2,430.6 against 2,376.5 / 2,377.5 tok/s (interleaved with the build without it); in
+// the chain, gate/up 4.96 against 5.22 µs, the QKV projection after down 2.85 against 3.29, down
+// 3.33 against 3.17 (2026-12-02 H200 report). After the separate output projection of longer
+// contexts it loses (1,937 against 2,024 tok/s at 4,096 tokens, 2,104 against 2,209 at 512): gate/up
+// gains 0.36 µs but the output projection before it and down after it lose 0.54 and 0.55.
 
 bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const bool after_attention_projection = last_launch_ == LastLaunch::AttentionWithProjection;
