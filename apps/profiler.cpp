@@ -16,8 +16,10 @@
 namespace tllm {
 
 std::string kernel_category(const TraceRecord& r) {
-  if (r.kind != TraceRecord::Kind::Kernel) return "memcpy";
-  const std::string& n = r.name;
+  return r.kind == TraceRecord::Kind::Kernel ? kernel_name_category(r.name) : "memcpy";
+}
+
+std::string kernel_name_category(const std::string& n) {
   if (n.find("matmul") != std::string::npos) return "matmul";
   if (n.find("attention") != std::string::npos) return "attention";
   if (n.find("rmsnorm") != std::string::npos) return "rmsnorm";
@@ -381,9 +383,7 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
   const CriticalPath decode_path = critical_path(graphs.records);
   double decode_chain_us = 0;  // the kernels' chain times, all steps
   for (const ChainRow& row : decode_path.rows) {
-    TraceRecord k;
-    k.name = row.kernel;
-    cats[kernel_category(k)].chain_us += sum(row.chain_us);
+    cats[kernel_name_category(row.kernel)].chain_us += sum(row.chain_us);
     decode_chain_us += sum(row.chain_us);
   }
   cats["matmul"].bytes += step_weight_bytes * steps;

@@ -28,6 +28,8 @@ bool run_profile(Model& model, const std::vector<int32_t>& prompt, const Profile
 
 // Category of a kernel or copy by name: matmul, attention, rmsnorm, rope, elementwise or memcpy.
 std::string kernel_category(const TraceRecord& r);
+// The same for a kernel's name alone (every category but memcpy).
+std::string kernel_name_category(const std::string& name);
 
 // Device busy time (the union of the records' intervals) and the span from first start to last end.
 struct Occupancy {
