@@ -540,9 +540,12 @@ void Model::run_decode_steps(int pos, int n) {
   ScopedRange range(be_, "decode");
   int32_t* s = step_.as<int32_t>();
   int32_t* t = token_slots();
-  const bool short_kv = int64_t(pos) + n <= kShortDecodeRows;
-  const int max_n_kv = short_kv ? std::min(kShortDecodeRows, n_ctx_) : 0;
-  be_.run_step(/*key=*/short_kv ? n : kDecodeRunMax + n, /*steps=*/n, [&] {
+  // The run's context class: the rows it ends within, doubling from kShortDecodeRows up to n_ctx.
+  int64_t bound = kShortDecodeRows;
+  int cls = 0;
+  for (; bound < n_ctx_ && int64_t(pos) + n > bound; bound *= 2) ++cls;
+  const int max_n_kv = int(std::min<int64_t>(bound, n_ctx_));
+  be_.run_step(/*key=*/cls * kDecodeRunMax + n, /*steps=*/n, [&] {
     for (int j = 0; j < n; ++j) {
       EmbeddingDesc e;
       e.table = embd_ ? embd_.get() : lm_head_.get();

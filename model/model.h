@@ -121,10 +121,11 @@ class Model {
   static constexpr int kDecodeRunMax = 16;
   static_assert(kDecodeRunMax * sizeof(int32_t) <= kQueuedDownloadBytes,
                 "a run's tokens come back in one queued download (queue_run_tokens)");
-  // Decode runs are recorded per context class: runs that end within kShortDecodeRows cache rows
-  // (run_step key n) and the others (key kDecodeRunMax + n). The first tell attention_decode so
-  // (max_n_kv), so that a backend may take a form that pays off only on short caches (CUDA:
-  // attention and the output projection in one kernel, up to one chunk of 256 rows at head_dim 64).
+  // Decode runs are recorded per context class: the cache rows a run ends within, kShortDecodeRows
+  // for class 0 and doubling with each class up to n_ctx (run_step key class · kDecodeRunMax + n).
+  // Steps tell attention_decode their class's bound (max_n_kv), so that a backend may take a form
+  // that pays off only on shorter caches (CUDA: attention and the output projection in one kernel,
+  // its blocks splitting the rows of up to 1,024 at head_dim 64).
   static constexpr int kShortDecodeRows = 256;
   void decode_run(int pos, int n);
   uint64_t queue_run_tokens(int n);
@@ -168,7 +169,7 @@ class Model {
   void lm_head_row(int i);
 
   // Prompts of up to kPrefillRecordRows tokens are recorded per length (prefill), under run_step
-  // keys kPrefillStepKey - n (decode runs take 1 .. 2·kDecodeRunMax); prefill_seen_[n] counts the
+  // keys kPrefillStepKey - n (decode runs take positive keys); prefill_seen_[n] counts the
   // prompts of length n so far, up to 2.
   static constexpr int kPrefillRecordRows = 64;
   static_assert(2 * kPrefillRecordRows * sizeof(int32_t) <= kStagingBytes, "ids and positions fit the staging area");

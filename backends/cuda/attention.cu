@@ -63,23 +63,30 @@
 //       warp per cache row, lanes over the head_dim, a warp sum per head and an online softmax per row (fp32
 //       weights). Much slower per row; the same splits (of 64 rows) and combine.
 //
-//   w8a16_matmul_m1_attention_decode<head_dim>  attention and the output projection with its
-//       residual add (AttentionDecodeDesc::wo) in one kernel, so that a decode layer hands off four
-//       times instead of five. A thread-block cluster holds one block of 8 warps per (KV head, head
-//       tile) group, at most two (the 14/2 heads): each block runs its group's attention as split 0
-//       of the tensor-core kernel does and stores its heads' fp16 output into the shared memory of
-//       every block of the cluster; then each multiplies the whole output by its 8 rows of the
-//       projection, copied into shared memory before the dependency wait, one warp per row in the
-//       order of w8a16_matmul_m1, and adds them to y: 112 blocks for 896 outputs. Taken where the
-//       caller expects at most one chunk of rows (max_n_kv, the model's short context class); past
-//       that, the blocks' repeated reads of K and V cost more than the hand-off saves. Measured on an
-//       H200, decode tok/s interleaved with the separate kernels: 2,120 against 2,059 after the "你好"
-//       chat prompt, with blocks of 16 warps (both groups) and 16 rows. An 8-warp block at 128
-//       registers takes half a multiprocessor's registers, so it starts beside the QKV projection's
-//       blocks and loads its rows while they run, where a 16-warp block waited for a whole
-//       multiprocessor: 2,366-2,374 against 2,347-2,351. Clusters need sm_90; before it the kernel
-//       runs where one group covers every head, and attention and the projection are two kernels
-//       otherwise.
+//   w8a16_matmul_m1_attention_decode<head_dim, split>  attention and the output projection with
+//       its residual add (AttentionDecodeDesc::wo) in one kernel, so that a decode layer hands off
+//       four times instead of five. A thread-block cluster holds one block of 8 warps per (KV head,
+//       head tile) group, at most two (the 14/2 heads): each block runs its group's attention as
+//       split 0 of the tensor-core kernel does and stores its heads' fp16 output into the shared
+//       memory of every block of the cluster; then each multiplies the whole output by its 8 rows of
+//       the projection, copied into shared memory before the dependency wait, one warp per row in
+//       the order of w8a16_matmul_m1, and adds them to y: 112 blocks for 896 outputs. Taken where
+//       the caller expects at most one chunk of rows a block (max_n_kv, the model's context class).
+//       Past one chunk the cluster grows to kProjMaxCluster blocks, 2 or 4 per group (the `split`
+//       instantiation): each block takes a run of whole 16-row steps of the rows, at most a chunk,
+//       and pushes its unnormalised partials into every block of the cluster, and every block
+//       combines each head's splits in split order. So the fused form reaches 1,024 rows of the
+//       14/2 heads at head_dim 64. Measured on an H200, decode tok/s interleaved with the separate
+//       kernels: 2,120 against 2,059 after the "你好" chat prompt, with blocks of 16 warps (both
+//       groups) and 16 rows. An 8-warp block at 128 registers takes half a multiprocessor's
+//       registers, so it starts beside the QKV projection's blocks and loads its rows while they
+//       run, where a 16-warp block waited for a whole multiprocessor: 2,366-2,374 against
+//       2,347-2,351. With splits (`--context C --ctx C+256`, rows C to C + 128): 2,292 against
+//       2,184-2,186 at C = 256 (2 splits), 2,241 against 2,212 at 512 (4 splits). Lost: a second
+//       chunk a block, one more trip to memory after the wait (2,141 at 512 with 2 splits; 2,082
+//       against 2,200 at 1,024 with 4), and clusters of 16 (8 splits: 1,940 against 2,196 at
+//       1,024). Clusters need sm_90; before it the kernel runs where one group covers every head,
+//       and attention and the projection are two kernels otherwise.
 //
 //   attention_prefill_kernel  m query rows at positions pos0 .. pos0+m-1 (pos0 read from memory
 //       when the op gives `pos`, as a recorded prefill does), causal, flash-attention 2 style on
@@ -697,6 +704,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kerne
 constexpr int kProjGroups = 2;  // (KV head, head tile) groups, one block of 8 warps each, per cluster
 constexpr int kProjRows = kDecodeMmaWarps;  // output rows per block, one per warp; a multiple of 8, so
                                             // that its scales start 16-byte aligned (k: a multiple of 32)
+constexpr int kProjMaxCluster = 8;  // blocks per cluster with splits (see the top of the file)
 
 struct ProjArgs {
   DecodeArgs att;
@@ -705,30 +713,48 @@ struct ProjArgs {
   float* y = nullptr;              // (n_out)
   int n_out = 0, k = 0;            // k = n_head · head_dim
   int head_tiles = 0;
-  int groups = 1;                  // blocks per cluster: n_head_kv · head_tiles
+  int groups = 1;                  // (KV head, head tile) groups: n_head_kv · head_tiles
+  int splits = 1;                  // blocks per group, each a split of the rows; a cluster holds
+                                   //   groups · splits blocks
 };
+
+// The rows n_kv .. of a split: one split takes them all, more take lengths of whole 16-row steps.
+__device__ __forceinline__ void proj_split_rows(int n_kv, int splits, int split, int& r_begin, int& r_end) {
+  const int len = splits == 1 ? n_kv : (n_kv + 16 * splits - 1) / (16 * splits) * 16;
+  r_begin = min(n_kv, split * len);
+  r_end = min(n_kv, r_begin + len);
+}
 
 // Dynamic shared memory of the fused kernel: the group's DecodeShared, the block's weight rows and
 // scales, and the attention output staged as fp32 (x_unit order).
+// With splits, then every block's partials: (cluster rank, kDecodeHeads) unnormalised outputs of
+// head_dim values, then (cluster rank, kDecodeHeads) (maximum, sum, -, -) as float4.
 template <int kHd>
-size_t proj_smem_bytes(int k) {
+size_t proj_smem_bytes(int k, int cluster) {
   static_assert(sizeof(DecodeShared<kHd, kDecodeMmaWarps>) % 16 == 0, "the parts after it stay 16-byte aligned");
   return sizeof(DecodeShared<kHd, kDecodeMmaWarps>) + size_t(kProjRows) * k + size_t(kProjRows) * k / 16 +
-         size_t(k) * sizeof(float);
+         size_t(k) * sizeof(float) + size_t(cluster) * kDecodeHeads * (kHd + 4) * sizeof(float);
 }
 
 // The blocks of a cluster run the whole attention, each one (KV head, head tile) group of 8 warps
-// as the first split of attention_decode_kernel over every chunk of rows, and store their heads'
-// output, rounded to fp16, into the shared memory of every block of the cluster. Then each block
-// multiplies that input by its kProjRows rows of the projection, copied into shared memory before
-// the dependency wait, and adds them to y. The first cluster also writes the attention output.
-template <int kHd>
+// as a split of attention_decode_kernel. With one split per group, a block runs its group's
+// attention over every chunk of rows and stores its heads' output, rounded to fp16, into the shared
+// memory of every block of the cluster. With more, each block runs its split of the rows
+// (proj_split_rows) and stores its unnormalised partials into every block of the cluster, and every
+// block then combines the splits of each head (in split order, as the split kernels do). Then each
+// block multiplies that input by its kProjRows rows of the projection, copied into shared memory
+// before the dependency wait, and adds them to y. The first block also writes the attention output
+// (with one split, the first cluster's blocks write their heads).
+template <int kHd, bool kSplit>
 __global__ void __launch_bounds__(kDecodeMmaThreads, 2) w8a16_matmul_m1_attention_decode(const ProjArgs p) {
   using Shared = DecodeShared<kHd, kDecodeMmaWarps>;
   constexpr int kChunk = decode_chunk(kHd);
   extern __shared__ __align__(16) unsigned char proj_smem[];
   const DecodeArgs& a = p.att;
-  const int grp = int(blockIdx.x) % p.groups;  // the block's rank in its cluster
+  const int splits = kSplit ? p.splits : 1;
+  const int cluster = p.groups * splits;
+  const int rank = int(blockIdx.x) % cluster;  // the block's rank in its cluster
+  const int grp = rank % p.groups, split = rank / p.groups;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int kvh = grp / p.head_tiles, tile = grp % p.head_tiles;
   const int h0 = kvh * a.group + tile * kDecodeHeads, nh = min(kDecodeHeads, a.group - tile * kDecodeHeads);
@@ -738,16 +764,19 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2) w8a16_matmul_m1_attentio
   int8_t* w_s = reinterpret_cast<int8_t*>(proj_smem + sizeof(Shared));
   __half* s_s = reinterpret_cast<__half*>(w_s + kProjRows * p.k);
   float4* xs = reinterpret_cast<float4*>(s_s + kProjRows * (p.k / kW8Group));
+  float* part_o = reinterpret_cast<float*>(xs + p.k / 4);                        // with splits
+  float4* part_ml = reinterpret_cast<float4*>(part_o + cluster * kDecodeHeads * kHd);
   const int row0 = int(blockIdx.x) * kProjRows, rows = max(0, min(kProjRows, p.n_out - row0));
-  if (p.groups > 1) cluster_arrive();  // waited for before the first store into another block
+  if (cluster > 1) cluster_arrive();  // waited for before the first store into another block
 
-  // Before the wait (as attention_decode_kernel with a.early): n_kv and the first chunk of rows, then
-  // the block's weight rows and scales (each a contiguous run) into shared memory.
+  // Before the wait (as attention_decode_kernel with a.early): n_kv and the first chunk of the
+  // block's rows, then its weight rows and scales (each a contiguous run) into shared memory.
   DecodeRegs<kHd> r;
-  int n_kv = 0;
+  int n_kv = 0, r_begin = 0, r_end = 0;
   if (a.early) {
     n_kv = min(*a.n_kv, a.n_ctx);
-    if (n_kv > 0) load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t);
+    proj_split_rows(n_kv, splits, split, r_begin, r_end);
+    if (r_begin < r_end) load_chunk(r, k_head, v_head, r_begin, min(r_begin + kChunk, r_end), warp, g, t);
   }
   for (int i = tid; i < rows * p.k / 16; i += kDecodeMmaThreads)
     cp_async16(w_s + 16 * i, p.wq + int64_t(row0) * p.k + 16 * i, 16);
@@ -764,41 +793,88 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2) w8a16_matmul_m1_attentio
   load_q<kHd>(a, h0, nh, g, t, qf);
   if (!a.early) {
     n_kv = min(*a.n_kv, a.n_ctx);
-    if (n_kv > 0) load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t);
-  } else if (n_kv > 0 && n_kv - 1 < kChunk) {
-    load_chunk(r, k_head, v_head, 0, min(kChunk, n_kv), warp, g, t, n_kv - 1);  // the newest row
+    proj_split_rows(n_kv, splits, split, r_begin, r_end);
+    if (r_begin < r_end) load_chunk(r, k_head, v_head, r_begin, min(r_begin + kChunk, r_end), warp, g, t);
+  } else if (n_kv - 1 >= r_begin && n_kv - 1 < min(r_begin + kChunk, r_end)) {
+    load_chunk(r, k_head, v_head, r_begin, min(r_begin + kChunk, r_end), warp, g, t, n_kv - 1);  // the newest row
   }
-  if (n_kv > 0) decode_rows<kHd>(a, r, qf, k_head, v_head, 0, n_kv, warp, lane, sh);
+  if (r_begin < r_end) decode_rows<kHd>(a, r, qf, k_head, v_head, r_begin, r_end, warp, lane, sh);
   __syncthreads();
-  if (p.groups > 1) cluster_wait();  // every block of the cluster has started
+  if (cluster > 1) cluster_wait();  // every block of the cluster has started
 
-  // The group's heads normalised and rounded to fp16, the projection's input (zeros without rows),
-  // into every block of the cluster.
   constexpr int kN4 = kHd / 4;
-  for (int i = tid; i < nh * kN4; i += kDecodeMmaThreads) {
-    const int h = i / kN4, d = 4 * (i - h * kN4), e = (h0 + h) * kHd + d;
-    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
-    if (n_kv > 0) {
-      float m, l;
-      const float4 o = combine_warps(sh, h, d, m, l);
-      const float inv = 1.0f / l;
-      v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+  if constexpr (!kSplit) {
+    // The group's heads normalised and rounded to fp16, the projection's input (zeros without
+    // rows), into every block of the cluster.
+    for (int i = tid; i < nh * kN4; i += kDecodeMmaThreads) {
+      const int h = i / kN4, d = 4 * (i - h * kN4), e = (h0 + h) * kHd + d;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (n_kv > 0) {
+        float m, l;
+        const float4 o = combine_warps(sh, h, d, m, l);
+        const float inv = 1.0f / l;
+        v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+      }
+      if (int(blockIdx.x) < p.groups) store_out4(a.out + int64_t(h0 + h) * kHd, d, kHd, v, 1.0f);
+      const float4 x = make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
+      float4* to = &xs[x_unit<true>(e / 16, (e % 16) / 4)];
+      if (cluster == 1) {
+        *to = x;
+      } else {
+        for (int to_rank = 0; to_rank < cluster; ++to_rank)
+          st_cluster_u4(cluster_address(smem_address(to), unsigned(to_rank)), *reinterpret_cast<const uint4*>(&x));
+      }
     }
-    if (int(blockIdx.x) < p.groups) store_out4(a.out + int64_t(h0 + h) * kHd, d, kHd, v, 1.0f);
-    const float4 x = make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
-    float4* to = &xs[x_unit<true>(e / 16, (e % 16) / 4)];
-    if (p.groups == 1) {
-      *to = x;
-    } else {
-      for (int rank = 0; rank < p.groups; ++rank)
-        st_cluster_u4(cluster_address(smem_address(to), unsigned(rank)), *reinterpret_cast<const uint4*>(&x));
+    cp_async_wait<0>();
+    __syncthreads();
+    if (cluster > 1) {  // every block's heads have arrived
+      cluster_arrive();
+      cluster_wait();
     }
-  }
-  cp_async_wait<0>();
-  __syncthreads();
-  if (p.groups > 1) {  // every block's heads have arrived
+  } else {
+    // The block's partials (maximum -inf, sum and values 0 without rows) into every block.
+    for (int i = tid; i < nh * kN4; i += kDecodeMmaThreads) {
+      const int h = i / kN4, d = 4 * (i - h * kN4);
+      float m = -INFINITY, l = 0.f;
+      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (r_begin < r_end) o = combine_warps(sh, h, d, m, l);
+      const float4 ml = make_float4(m, l, 0.f, 0.f);
+      const uint32_t o_at = smem_address(part_o + (rank * kDecodeHeads + h) * kHd + d);
+      const uint32_t ml_at = smem_address(part_ml + rank * kDecodeHeads + h);
+      for (int to_rank = 0; to_rank < cluster; ++to_rank) {
+        st_cluster_u4(cluster_address(o_at, unsigned(to_rank)), *reinterpret_cast<const uint4*>(&o));
+        if (d == 0) st_cluster_u4(cluster_address(ml_at, unsigned(to_rank)), *reinterpret_cast<const uint4*>(&ml));
+      }
+    }
     cluster_arrive();
-    cluster_wait();
+    cluster_wait();  // every block's partials have arrived
+    // Every head of every group: its splits combined in split order, normalised and rounded to
+    // fp16 (zeros without rows).
+    for (int i = tid; i < p.groups * kDecodeHeads * kN4; i += kDecodeMmaThreads) {
+      const int gg = i / (kDecodeHeads * kN4), h = (i / kN4) % kDecodeHeads, d = 4 * (i % kN4);
+      const int tile_g = gg % p.head_tiles, hg0 = (gg / p.head_tiles) * a.group + tile_g * kDecodeHeads;
+      if (h >= min(kDecodeHeads, a.group - tile_g * kDecodeHeads)) continue;
+      float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (n_kv > 0) {
+        float mx = -INFINITY;
+        for (int s = 0; s < splits; ++s) mx = fmaxf(mx, part_ml[(s * p.groups + gg) * kDecodeHeads + h].x);
+        float l = 0.f;
+        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int s = 0; s < splits; ++s) {
+          const int at = (s * p.groups + gg) * kDecodeHeads + h;
+          const float e = exp2f(part_ml[at].x - mx);  // 0 for a split without rows
+          l = fmaf(e, part_ml[at].y, l);
+          o = fma4(e, *reinterpret_cast<const float4*>(part_o + at * kHd + d), o);
+        }
+        const float inv = 1.0f / l;
+        v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
+      }
+      const int e = (hg0 + h) * kHd + d;
+      if (blockIdx.x == 0) store_out4(a.out + e - d, d, kHd, v, 1.0f);
+      xs[x_unit<true>(e / 16, (e % 16) / 4)] = make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
+    }
+    cp_async_wait<0>();
+    __syncthreads();
   }
 
   // One warp per output row, as w8a16_matmul_m1 does it (same order of products and sums).
@@ -1065,9 +1141,13 @@ void check_heads(const char* op, int n_head, int n_head_kv, int head_dim, int n_
 
 void CudaBackend::prepare_attention() {
   // The fused projection's rows and staged input: as much as the device allows (checked per launch).
-  for (const void* k : {reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<64>),
-                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128>)})
+  for (const void* k : {reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<64, false>),
+                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128, false>),
+                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<64, true>),
+                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128, true>)}) {
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
+    if (cc_major_ >= 9) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  }
   // Clusters of up to kClusterMaxSplits blocks, the first holding every split's partials.
   if (cc_major_ < 9) return;
   const auto allow = [](const void* kernel, int head_dim) {
@@ -1122,16 +1202,25 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   if (d.wo) {
     CUDA_REQUIRE(d.y && d.wo->type() == WeightType::W8 && d.wo->k() == int64_t(d.n_head) * d.head_dim, op,
                  "the output projection needs y and W8 weights of k = n_head * head_dim");
-    // Fused where every block can run the whole attention: at most kProjGroups groups of 8 warps
-    // (14/2 heads: two), and at most one chunk of rows by the caller's bound.
+    // Fused where the heads fit at most kProjGroups groups of 8 warps (14/2 heads: two) and the
+    // caller's bound on the rows gives each block at most one chunk, the rows split over up to
+    // kProjMaxCluster / groups blocks per group (14/2 heads: up to 1,024 rows at head_dim 64).
     const int max_rows = d.max_n_kv > 0 ? std::min(d.max_n_kv, d.n_ctx) : d.n_ctx;
     const int groups = d.n_head_kv * head_tiles;
-    const size_t smem = d.head_dim == 64 ? proj_smem_bytes<64>(int(d.wo->k())) : proj_smem_bytes<128>(int(d.wo->k()));
-    const auto fused = d.head_dim == 64 ? w8a16_matmul_m1_attention_decode<64> : w8a16_matmul_m1_attention_decode<128>;
-    const unsigned blocks = unsigned(ceil_div(ceil_div(d.wo->n(), kProjRows), groups) * groups);
-    if (tensor && groups <= kProjGroups && max_rows <= decode_chunk(d.head_dim) && smem <= smem_optin_ &&
-        (groups == 1 || (cc_major_ >= 9 && active_clusters(reinterpret_cast<const void*>(fused), dim3(blocks),
-                                                           dim3(kDecodeMmaThreads), smem, unsigned(groups)) > 0))) {
+    const int chunk = decode_chunk(d.head_dim);
+    int splits = 1;
+    while (max_rows > splits * chunk && groups * splits * 2 <= kProjMaxCluster) splits *= 2;
+    const int cluster = groups * splits;
+    const size_t smem = d.head_dim == 64 ? proj_smem_bytes<64>(int(d.wo->k()), splits > 1 ? cluster : 0)
+                                         : proj_smem_bytes<128>(int(d.wo->k()), splits > 1 ? cluster : 0);
+    const auto fused = splits > 1 ? (d.head_dim == 64 ? w8a16_matmul_m1_attention_decode<64, true>
+                                                      : w8a16_matmul_m1_attention_decode<128, true>)
+                                  : (d.head_dim == 64 ? w8a16_matmul_m1_attention_decode<64, false>
+                                                      : w8a16_matmul_m1_attention_decode<128, false>);
+    const unsigned blocks = unsigned(ceil_div(ceil_div(d.wo->n(), kProjRows), cluster) * cluster);
+    if (tensor && groups <= kProjGroups && max_rows <= splits * chunk && smem <= smem_optin_ &&
+        (cluster == 1 || (cc_major_ >= 9 && active_clusters(reinterpret_cast<const void*>(fused), dim3(blocks),
+                                                            dim3(kDecodeMmaThreads), smem, unsigned(cluster)) > 0))) {
       const CudaMatrix& w = cuda_matrix(d.wo, op);
       ProjArgs p;
       p.att = a;
@@ -1142,7 +1231,8 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
       p.k = int(w.k());
       p.head_tiles = head_tiles;
       p.groups = groups;
-      launch_clusters(fused, dim3(blocks), dim3(kDecodeMmaThreads), smem, unsigned(groups), p);
+      p.splits = splits;
+      launch_clusters(fused, dim3(blocks), dim3(kDecodeMmaThreads), smem, unsigned(cluster), p);
       last_launch_ = LastLaunch::AttentionWithProjection;
       return;
     }

@@ -20,7 +20,7 @@
 //                    vectors (up to 8) before waiting on the previous kernel; a warp with more rows or
 //                    batches (ffn_gate_up: 4864 rows for 4224 warps) requests each next batch before
 //                    using the current one; right after the fused attention and output projection
-//                    (decode steps up to 256 cache rows) ffn_gate_up takes two pairs a warp instead,
+//                    (decode steps up to 1,024 cache rows) ffn_gate_up takes two pairs a warp instead,
 //                    all its weights in one batch (w8a16_matmul_m1_rmsnorm_swiglu_x2, 304 blocks of 80
 //                    registers; see matmul_m1_kernel). Weights and scales are streaming loads
 //                    (ld.global.cs: read once per step, evicted first). On an H200 they decode
@@ -1993,14 +1993,16 @@ void CudaBackend::prepare_matmul(const CudaMatrix& w) {
 }
 
 // The rmsnorm + SwiGLU GEMV right after the fused attention and output projection (decode steps up
-// to 256 cache rows) takes two pairs a warp (w8a16_matmul_m1_rmsnorm_swiglu_x2: 304 blocks at the
+// to 1,024 cache rows) takes two pairs a warp (w8a16_matmul_m1_rmsnorm_swiglu_x2: 304 blocks at the
 // benchmarked model's 4,864 pairs, every weight requested before the wait, none in a second pass)
 // instead of one (528 blocks, the first 80 of which take a second pass). On an H200 decode runs
 // 2,430.5 / 2,430.6 against 2,376.5 / 2,377.5 tok/s (interleaved with the build without it); in
 // the chain, gate/up 4.96 against 5.22 µs, the QKV projection after down 2.85 against 3.29, down
 // 3.33 against 3.17 (2026-12-02 H200 report). After the separate output projection of longer
 // contexts it loses (1,937 against 2,024 tok/s at 4,096 tokens, 2,104 against 2,209 at 512): gate/up
-// gains 0.36 µs but the output projection before it and down after it lose 0.54 and 0.55.
+// gains 0.36 µs but the output projection before it and down after it lose 0.54 and 0.55. After
+// the fused form with its rows split (257 to 1,024 rows) it pays: 2,233 / 2,238 against 2,131 /
+// 2,131 tok/s with one pair a warp at 512 tokens of context.
 
 bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   const bool after_attention_projection = last_launch_ == LastLaunch::AttentionWithProjection;

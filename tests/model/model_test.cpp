@@ -541,40 +541,46 @@ TEST(CudaEndToEnd, SyntheticQwen25LogitsMatchCpu_cuda) {
                              "synthetic Qwen2.5-0.5B, last row of 30");
 }
 
-// Decode across the end of the short context class (Model::kShortDecodeRows): up to it the CUDA
-// steps run attention with the output projection fused in, past it apart. Each single step against
-// the CPU oracle's logits, fed the oracle's tokens; then the same positions and on in runs of
-// Model::kDecodeRunMax (recorded per class, at least two, one of them starting inside the short
-// class and ending past it) against CUDA's single steps.
+// Decode across the ends of context classes (Model::kShortDecodeRows, doubling up to n_ctx): the
+// CUDA steps run attention with the output projection fused in, its rows split over more blocks as
+// the class grows (one split up to 256 rows, 2 up to 512, 4 up to 1,024), and apart past 1,024
+// rows (the last class here, up to n_ctx = 1,100). At each boundary, each
+// single step against the CPU oracle's logits, fed the oracle's tokens; then the same positions
+// and on in runs of Model::kDecodeRunMax (recorded per class, at least two, one of them starting
+// inside one class and ending past it) against CUDA's single steps.
 TEST(CudaEndToEnd, SyntheticQwen25DecodeAcrossContextClassesMatchesCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   const std::string path = synth_file("qwen25");
-  Loaded cpu = load(path, "cpu", 320, 64);
-  Loaded gpu = load(path, "cuda", 320, 64);
-  const int V = cpu.model->config().n_vocab, n = Model::kShortDecodeRows - 12;
-  const auto toks = test_prompt(n, V);
-  for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), n, 0);
-  int32_t t = cpu.model->argmax();
-  for (int pos = n; pos < n + 24; ++pos) {
-    for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
-    const std::vector<float> a = last_logits(*cpu.model);
-    expect_same_top1_and_close(a, last_logits(*gpu.model), V, "decode at position " + std::to_string(pos));
-    t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-  }
+  const int n_ctx = 4 * Model::kShortDecodeRows + 76;
+  Loaded cpu = load(path, "cpu", n_ctx, 64);
+  Loaded gpu = load(path, "cuda", n_ctx, 64);
+  const int V = cpu.model->config().n_vocab;
+  for (const int boundary : {Model::kShortDecodeRows, 4 * Model::kShortDecodeRows}) {
+    const int n = boundary - 12;
+    const auto toks = test_prompt(n, V);
+    for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), n, 0);
+    int32_t t = cpu.model->argmax();
+    for (int pos = n; pos < n + 24; ++pos) {
+      for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
+      const std::vector<float> a = last_logits(*cpu.model);
+      expect_same_top1_and_close(a, last_logits(*gpu.model), V, "decode at position " + std::to_string(pos));
+      t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+    }
 
-  Model& m = *gpu.model;
-  static_assert(12 % Model::kDecodeRunMax != 0, "a run must cross the class boundary, 12 rows in");
-  const int runs = std::max(2, (24 + Model::kDecodeRunMax - 1) / Model::kDecodeRunMax);
-  const std::vector<int32_t> want = plain_greedy(m, toks, 0, 1 + runs * Model::kDecodeRunMax);
-  m.prefill(toks.data(), n, 0);
-  std::vector<int32_t> got = {m.argmax()};
-  for (int pos = n; pos < n + runs * Model::kDecodeRunMax; pos += Model::kDecodeRunMax) {
-    m.decode_run(pos, Model::kDecodeRunMax);
-    int32_t r[Model::kDecodeRunMax] = {};
-    m.take_run_tokens(m.queue_run_tokens(Model::kDecodeRunMax), Model::kDecodeRunMax, r);
-    got.insert(got.end(), r, r + Model::kDecodeRunMax);
+    Model& m = *gpu.model;
+    static_assert(12 % Model::kDecodeRunMax != 0, "a run must cross the class boundary, 12 rows in");
+    const int runs = std::max(2, (24 + Model::kDecodeRunMax - 1) / Model::kDecodeRunMax);
+    const std::vector<int32_t> want = plain_greedy(m, toks, 0, 1 + runs * Model::kDecodeRunMax);
+    m.prefill(toks.data(), n, 0);
+    std::vector<int32_t> got = {m.argmax()};
+    for (int pos = n; pos < n + runs * Model::kDecodeRunMax; pos += Model::kDecodeRunMax) {
+      m.decode_run(pos, Model::kDecodeRunMax);
+      int32_t r[Model::kDecodeRunMax] = {};
+      m.take_run_tokens(m.queue_run_tokens(Model::kDecodeRunMax), Model::kDecodeRunMax, r);
+      got.insert(got.end(), r, r + Model::kDecodeRunMax);
+    }
+    EXPECT_EQ(got, want) << "runs across " << boundary << " rows";
   }
-  EXPECT_EQ(got, want);
 }
 
 // A short prompt's recording holds the address of the split-k workspace of its matmuls, which a

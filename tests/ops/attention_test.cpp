@@ -362,29 +362,53 @@ TEST_P(AttentionTest, DecodeOtherLayouts) {
   for (const Heads& hd : {kHeads[0], kHeads[3]}) check_decode(rng, hd, 600, {1, 65, 600, 200}, 2.0f, 1);
 }
 
-// The output projection fused in (y += out · woᵀ). On CUDA one kernel runs both where the caller
-// expects at most one chunk of rows (max_n_kv up to 256 at head_dim 64, 128 at 128) and the heads fit
-// one block (at most two groups of up to 8 query heads: 14/2, 3/1, 16/2); past the bound that kernel
-// takes the further chunks in turn (still right, only slower). Every other case (the bound 0 = n_ctx
-// or 512, 9/3, 7/7, 40/2, head_dim 80, unaligned q) runs attention and then matmul_m1. Output counts
-// that are not a multiple of the kernel's 16 rows per block (100, 8) and the newest row appended by
-// the op before.
+// The output projection fused in (y += out · woᵀ). On CUDA one kernel runs both where the heads fit
+// at most two groups of up to 8 query heads (14/2, 3/1, 16/2) and the caller's bound max_n_kv leaves
+// each block at most one chunk of rows (256 at head_dim 64, 128 at 128) with the rows split over up
+// to 8 blocks a cluster: one split up to one chunk, 2 or 4 splits of 14/2 up to 1,024 rows (4
+// splits of 3/1 and of 16/2 at 512, head_dim 128). Past the bound that kernel takes the further chunks in turn (still
+// right, only slower). Every other case (a bound of 2,048 or 0 = n_ctx past that, 9/3, 7/7, 40/2,
+// head_dim 80, unaligned q) runs attention and then matmul_m1. Splits left without rows (n_kv below
+// 16 rows a split), output counts that are not a multiple of the kernel's 8 rows per block (100, 8)
+// and the newest row appended by the op before. Where CUDA traces kernels, a split form is checked
+// to run as one kernel.
 TEST_P(AttentionTest, DecodeWithOutputProjection) {
   Rng rng(912);
-  const Projection short_896{896, 256}, short_100{100, 128}, short_8{8, 128}, any_896{896, 0}, two_chunks{896, 512};
+  const Projection short_896{896, 256}, short_100{100, 128}, short_8{8, 128}, any_896{896, 0};
+  const Projection split_2{896, 512}, split_4{896, 1024}, long_896{896, 2048}, split_hd128{100, 512};
   check_decode(rng, kHeads[0], 4096, {1, 17, 255, 256, 200, 257, 511, 512, 700, 31}, 2.0f, 0, &short_896);
   check_decode(rng, kHeads[0], 4096, {513, 4096, 17}, 2.0f, 0, &any_896);
-  check_decode(rng, kHeads[0], 4096, {1, 300, 512}, 2.0f, 0, &two_chunks);
+  check_decode(rng, kHeads[0], 4096, {1, 15, 16, 17, 33, 300, 512, 513, 1000}, 2.0f, 0, &split_2);
+  check_decode(rng, kHeads[0], 4096, {1, 7, 47, 129, 700, 1024, 1025, 2000}, 2.0f, 0, &split_4);
+  check_decode(rng, kHeads[0], 4096, {1, 1000, 2048}, 2.0f, 0, &long_896);
   check_decode(rng, kHeads[0], 256, {1, 158, 256}, 2.0f, 0, &any_896);  // n_ctx itself is one chunk
   check_decode(rng, kHeads[0], 600, {1, 65, 250}, 2.0f, 1, &short_896);  // unaligned: not fused
   check_decode(rng, kHeads[3], 1024, {1, 128, 129, 256}, 2.0f, 0, &short_100);
+  check_decode(rng, kHeads[3], 1024, {1, 100, 512, 700}, 2.0f, 0, &split_hd128);  // 1 group, 4 splits
   check_decode(rng, kHeads[4], 300, {1, 127, 128, 255}, 2.0f, 0, &short_8);
+  check_decode(rng, kHeads[4], 1024, {1, 33, 400, 512}, 2.0f, 0, &split_hd128);   // 2 groups, 4 splits
   for (const Heads& hd : {kHeads[1], kHeads[2], kHeads[5], kHeads[6]})
     check_decode(rng, hd, 700, {1, 300, 700}, 2.0f, 0, &any_896);
   check_decode(rng, kHeads[0], 4096, {1, 250}, 100.0f, 0, &short_896);  // large scores
+  check_decode(rng, kHeads[0], 4096, {1, 900}, 100.0f, 0, &split_4);
   check_decode_appended(rng, kHeads[0], 4096, {1, 2, 17, 128, 255, 256, 257, 300, 512}, &short_896);
   check_decode_appended(rng, kHeads[0], 4096, {513, 2049}, &any_896);
+  check_decode_appended(rng, kHeads[0], 4096, {1, 2, 255, 256, 257, 700, 1023, 1024, 1100}, &split_4);
+  check_decode_appended(rng, kHeads[0], 4096, {1, 16, 17, 511, 512}, &split_2);
   check_decode_appended(rng, kHeads[4], 1024, {1, 128, 129, 200}, &short_100);
+
+  if (be().name() != "cuda" || !be().trace_begin()) return;
+  check_decode(rng, kHeads[0], 4096, {300, 1024}, 2.0f, 0, &split_4);
+  int fused = 0, other = 0;
+  for (const TraceRecord& r : be().trace_end()) {
+    if (r.name.find("w8a16_matmul_m1_attention_decode") != std::string::npos) {
+      ++fused;
+    } else if (r.name.find("attention_decode") != std::string::npos || r.name.find("matmul") != std::string::npos) {
+      ++other;
+    }
+  }
+  EXPECT_EQ(fused, 2) << "attention with the output projection in one kernel, rows split 4 ways";
+  EXPECT_EQ(other, 0);
 }
 
 // Scores in the hundreds: exp overflows fp32 unless the maximum is subtracted first.
