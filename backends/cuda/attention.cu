@@ -704,7 +704,7 @@ __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kerne
 constexpr int kProjGroups = 2;  // (KV head, head tile) groups, one block of 8 warps each, per cluster
 constexpr int kProjRows = kDecodeMmaWarps;  // output rows per block, one per warp; a multiple of 8, so
                                             // that its scales start 16-byte aligned (k: a multiple of 32)
-constexpr int kProjMaxCluster = 8;  // blocks per cluster with splits (see the top of the file)
+constexpr int kProjMaxCluster = 8;  // blocks per cluster with splits: the portable maximum
 
 struct ProjArgs {
   DecodeArgs att;
@@ -718,7 +718,8 @@ struct ProjArgs {
                                    //   groups · splits blocks
 };
 
-// The rows n_kv .. of a split: one split takes them all, more take lengths of whole 16-row steps.
+// The rows r_begin .. r_end - 1 of split `split` of n_kv rows: one split takes them all; more take
+// runs of whole 16-row steps, as equal as that allows (the last ones may be short or empty).
 __device__ __forceinline__ void proj_split_rows(int n_kv, int splits, int split, int& r_begin, int& r_end) {
   const int len = splits == 1 ? n_kv : (n_kv + 16 * splits - 1) / (16 * splits) * 16;
   r_begin = min(n_kv, split * len);
@@ -1144,10 +1145,8 @@ void CudaBackend::prepare_attention() {
   for (const void* k : {reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<64, false>),
                         reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128, false>),
                         reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<64, true>),
-                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128, true>)}) {
+                        reinterpret_cast<const void*>(w8a16_matmul_m1_attention_decode<128, true>)})
     CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_optin_)));
-    if (cc_major_ >= 9) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  }
   // Clusters of up to kClusterMaxSplits blocks, the first holding every split's partials.
   if (cc_major_ < 9) return;
   const auto allow = [](const void* kernel, int head_dim) {
