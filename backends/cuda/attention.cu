@@ -234,6 +234,24 @@ __device__ __forceinline__ float4 combine_warps(const DecodeShared<kHd, kWarps>&
   return o;
 }
 
+// Splits 0 .. n - 1 of one head combined in split order: returns Σ e_s · o(s) and sets l to
+// Σ e_s · l_s, where e_s = exp2(m_s - max m) (0 for a split without rows); ml(s) gives a split's
+// (maximum, sum), o(s) its unnormalised values.
+template <class Ml, class O>
+__device__ __forceinline__ float4 combine_splits(int n, const Ml& ml, const O& o, float& l) {
+  float mx = -INFINITY;
+  for (int s = 0; s < n; ++s) mx = fmaxf(mx, ml(s).x);
+  l = 0.f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int s = 0; s < n; ++s) {
+    const float2 v = ml(s);
+    const float e = exp2f(v.x - mx);
+    l = fmaf(e, v.y, l);
+    acc = fma4(e, o(s), acc);
+  }
+  return acc;
+}
+
 // The end of a block, after every warp has filled sh.m, sh.l and sh.o and the block has synchronised:
 // combines the warps (in warp order), then writes the output (one split) or the split's partial; the
 // last split block to arrive for its (KV head, head tile) combines the partials in split order.
@@ -271,15 +289,11 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
     mbarrier_wait(bar, 0);
     for (int i = tid; i < nh * n4; i += 32 * kWarps) {
       const int h = i / n4, d = 4 * (i - h * n4);
-      float mx = -INFINITY;
-      for (int s = 0; s < n_used; ++s) mx = fmaxf(mx, cluster_ml[2 * (s * kDecodeHeads + h)]);
-      float l = 0.f;
-      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int s = 0; s < n_used; ++s) {
-        const float e = exp2f(cluster_ml[2 * (s * kDecodeHeads + h)] - mx);
-        l = fmaf(e, cluster_ml[2 * (s * kDecodeHeads + h) + 1], l);
-        o = fma4(e, *reinterpret_cast<const float4*>(decode_partials + (s * kDecodeHeads + h) * hd4 + d), o);
-      }
+      const auto at = [&](int s) { return s * kDecodeHeads + h; };
+      float l;
+      const float4 o = combine_splits(
+          n_used, [&](int s) { return make_float2(cluster_ml[2 * at(s)], cluster_ml[2 * at(s) + 1]); },
+          [&](int s) { return *reinterpret_cast<const float4*>(decode_partials + at(s) * hd4 + d); }, l);
       store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
     }
     return;
@@ -857,22 +871,18 @@ __global__ void __launch_bounds__(kDecodeMmaThreads, 2) w8a16_matmul_m1_attentio
       if (h >= min(kDecodeHeads, a.group - tile_g * kDecodeHeads)) continue;
       float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
       if (n_kv > 0) {
-        float mx = -INFINITY;
-        for (int s = 0; s < splits; ++s) mx = fmaxf(mx, part_ml[(s * p.groups + gg) * kDecodeHeads + h].x);
-        float l = 0.f;
-        float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int s = 0; s < splits; ++s) {
-          const int at = (s * p.groups + gg) * kDecodeHeads + h;
-          const float e = exp2f(part_ml[at].x - mx);  // 0 for a split without rows
-          l = fmaf(e, part_ml[at].y, l);
-          o = fma4(e, *reinterpret_cast<const float4*>(part_o + at * kHd + d), o);
-        }
+        const auto at = [&](int s) { return (s * p.groups + gg) * kDecodeHeads + h; };
+        float l;
+        const float4 o = combine_splits(
+            splits, [&](int s) { return make_float2(part_ml[at(s)].x, part_ml[at(s)].y); },
+            [&](int s) { return *reinterpret_cast<const float4*>(part_o + at(s) * kHd + d); }, l);
         const float inv = 1.0f / l;
         v = make_float4(o.x * inv, o.y * inv, o.z * inv, o.w * inv);
       }
       const int e = (hg0 + h) * kHd + d;
       if (blockIdx.x == 0) store_out4(a.out + e - d, d, kHd, v, 1.0f);
-      xs[x_unit<true>(e / 16, (e % 16) / 4)] = make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
+      xs[x_unit<true>(e / 16, (e % 16) / 4)] =
+          make_float4(round_half(v.x), round_half(v.y), round_half(v.z), round_half(v.w));
     }
     cp_async_wait<0>();
     __syncthreads();
