@@ -54,6 +54,8 @@ size_t host_peak_rss_bytes() {
   return size_t(ru.ru_maxrss) * 1024;
 }
 
+constexpr int kBandwidthPasses = 5;  // timed reads of the bandwidth measurement's buffer; the fastest counts
+
 struct Options {
   std::string model;
   std::string backend = "auto";
@@ -69,6 +71,7 @@ struct Options {
   bool quiet = false;
   bool profile = false;
   std::string trace_out = "reports/profile-trace.json";
+  int bandwidth_mb = 4096;  // buffer of the read-bandwidth measurement, MiB (0: not measured)
   int soak_tokens = 0;   // generate this many tokens across context resets, checking memory stays flat
 };
 
@@ -134,6 +137,10 @@ int bench_main(int argc, char** argv) {
                  "instead of timing, generate this many tokens across context resets and check that host and "
                  "device memory stay flat")
       ->check(CLI::Range(1, 100000000));
+  app.add_option("--bandwidth-mb", o.bandwidth_mb,
+                 "MiB the device's read bandwidth is measured on after the timed runs, at most half its free "
+                 "memory (0: not measured)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("--trace-out", o.trace_out, "Chrome-trace / Perfetto JSON timeline written by --profile");
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
@@ -193,7 +200,20 @@ int bench_main(int argc, char** argv) {
   }
 
   const DeviceInfo dev = lm.backend->device_info();
+  // Memory before the bandwidth measurement, whose buffer is not the engine's.
   const MemoryInfo mem = lm.backend->memory_info();
+  const size_t peak_rss = host_peak_rss_bytes();
+  // The bandwidth the device reaches, for the fraction of it that decode's bytes per step take.
+  double measured_gbs = 0;
+  size_t read_mib = size_t(o.bandwidth_mb);
+  if (mem.device_total > mem.device_used) read_mib = std::min(read_mib, (mem.device_total - mem.device_used) / 2 >> 20);
+  if (read_mib > 0) {
+    try {
+      measured_gbs = lm.backend->measure_read_bandwidth(read_mib << 20, kBandwidthPasses);
+    } catch (const BackendError& e) {
+      std::fprintf(stderr, "tiny_llm_bench: read bandwidth not measured: %s\n", e.what());
+    }
+  }
   const Stat s_ttft = stat_of(ttft), s_tpot = stat_of(tpot), s_pf = stat_of(prefill_tps), s_dec = stat_of(decode_tps),
              s_e2e = stat_of(e2e);
   // Bytes one decode step must read: every weight matrix once, plus the KV cache at the mean depth.
@@ -201,6 +221,7 @@ int bench_main(int argc, char** argv) {
   const size_t step_bytes = model.decode_weight_bytes() + model.decode_kv_bytes(mean_ctx);
   const double step_gbs = s_tpot.median > 0 ? double(step_bytes) / (s_tpot.median * 1e-3) / 1e9 : 0;
   const double bw_frac = dev.peak_bandwidth_gbs > 0 ? step_gbs / dev.peak_bandwidth_gbs : 0;
+  const double measured_frac = measured_gbs > 0 ? step_gbs / measured_gbs : 0;
   std::string tokens_text;
   for (int32_t id : first_tokens) tokens_text += std::to_string(id) + " ";
 
@@ -208,7 +229,8 @@ int bench_main(int argc, char** argv) {
     nlohmann::json j;
     j["commit"] = build_commit();
     j["device"] = {{"name", dev.name}, {"driver", dev.driver}, {"runtime", dev.runtime},
-                   {"peak_bandwidth_gbs", dev.peak_bandwidth_gbs}, {"multiprocessors", dev.multiprocessors}};
+                   {"peak_bandwidth_gbs", dev.peak_bandwidth_gbs}, {"measured_read_gbs", measured_gbs},
+                   {"measured_read_mib", measured_gbs > 0 ? read_mib : 0}, {"multiprocessors", dev.multiprocessors}};
     j["backend"] = lm.backend->name();
     j["graphs"] = !o.no_graphs && lm.backend->supports(Op::StepCapture);
     j["model"] = o.model;
@@ -227,9 +249,10 @@ int bench_main(int argc, char** argv) {
     j["decode_step_bytes"] = step_bytes;
     j["decode_gb_s"] = step_gbs;
     j["decode_bandwidth_fraction"] = bw_frac;
+    j["decode_measured_bandwidth_fraction"] = measured_frac;
     j["memory"] = {{"engine_peak_bytes", mem.peak_bytes}, {"engine_allocated_bytes", mem.allocated_bytes},
                    {"device_used_bytes", mem.device_used}, {"device_total_bytes", mem.device_total},
-                   {"host_peak_rss_bytes", host_peak_rss_bytes()}};
+                   {"host_peak_rss_bytes", peak_rss}};
     j["tokens"] = first_tokens;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
@@ -256,13 +279,17 @@ int bench_main(int argc, char** argv) {
   std::printf("\ndecode step reads %.1f MB (weights %.1f MB + KV %.1f MB) -> %.0f GB/s", step_bytes / 1e6,
               model.decode_weight_bytes() / 1e6, model.decode_kv_bytes(mean_ctx) / 1e6, step_gbs);
   if (bw_frac > 0) std::printf(" = %.0f%% of nominal bandwidth", 100 * bw_frac);
+  if (measured_frac > 0) {
+    std::printf("%s%.0f%% of the %.0f GB/s measured (reads of %zu MiB)", bw_frac > 0 ? ", " : " = ", 100 * measured_frac,
+                measured_gbs, read_mib);
+  }
   if (lm.backend->kernels_per_step() > 0) {
     std::printf("\nkernels per decode step: %d (%s)", lm.backend->kernels_per_step(),
                 o.no_graphs ? "launched one by one" : "replayed as one CUDA graph");
   }
   std::printf("\nmemory: engine peak %.1f MiB", mem.peak_bytes / 1048576.0);
   if (mem.device_total) std::printf(", device in use %.1f / %.1f MiB", mem.device_used / 1048576.0, mem.device_total / 1048576.0);
-  std::printf(", host peak RSS %.1f MiB\n", host_peak_rss_bytes() / 1048576.0);
+  std::printf(", host peak RSS %.1f MiB\n", peak_rss / 1048576.0);
   std::printf("tokens: %s\n", tokens_text.c_str());
   if (o.profile) {
     const std::filesystem::path trace(o.trace_out);

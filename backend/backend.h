@@ -371,6 +371,12 @@ class Backend {
   virtual std::string name() const = 0;
   virtual DeviceInfo device_info() const = 0;
   virtual bool supports(Op op) const = 0;
+  // The read bandwidth the device reaches, measured: `passes` timed reads of a `bytes` buffer (after
+  // one untimed pass), in GB/s of the fastest. The buffer is allocated for the call, freed before it
+  // returns and not counted in memory_info; make it several times the last-level cache, so that the
+  // reads come from memory. DeviceInfo::peak_bandwidth_gbs is the nominal figure, which no kernel
+  // reaches. Throws BackendError when bytes < 4096, passes < 1 or the buffer does not fit.
+  virtual double measure_read_bandwidth(size_t bytes, int passes) = 0;
 
   // ---- memory ----
   // Allocates `bytes` of backend memory (zeroed). Throws BackendError when it does not fit.

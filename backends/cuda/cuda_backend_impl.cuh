@@ -73,6 +73,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DeviceInfo device_info() const override;
   bool supports(Op) const override { return true; }
+  double measure_read_bandwidth(size_t bytes, int passes) override;
 
   Buffer alloc(size_t bytes) override;
   void upload(void* dst, const void* src, size_t bytes) override;

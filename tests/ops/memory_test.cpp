@@ -1,6 +1,7 @@
 // Conformance of the backend's memory and identity: zeroed allocations, upload/download round trips
 // at offsets, staged uploads (also inside a recorded step), memory_info accounting, matrix upload
-// errors, supported ops, creation errors.
+// errors, supported ops, creation errors, the read-bandwidth measurement.
+#include <cmath>
 #include <cstring>
 
 #include "ops/conformance.h"
@@ -25,6 +26,21 @@ TEST_P(MemoryTest, AllocIsZeroed) {
     EXPECT_EQ(b.bytes(), size);
     EXPECT_TRUE(all_equal(download<uint8_t>(b), std::vector<uint8_t>(size, 0))) << size << " bytes";
   }
+}
+
+// measure_read_bandwidth reads a buffer it allocates and frees: a finite, positive rate, below the
+// device's nominal bandwidth where it states one (above it, the reads came from a cache or were
+// dropped), nothing left allocated, and bad arguments refused. 256 MiB: four times an H200's L2.
+TEST_P(MemoryTest, MeasuresReadBandwidth) {
+  const size_t allocated = be().memory_info().allocated_bytes;
+  const double gbs = be().measure_read_bandwidth(size_t(256) << 20, 3);
+  EXPECT_TRUE(std::isfinite(gbs));
+  EXPECT_GT(gbs, 0.0);
+  const double nominal = be().device_info().peak_bandwidth_gbs;
+  if (nominal > 0) EXPECT_LT(gbs, nominal) << "nominal " << nominal << " GB/s";
+  EXPECT_EQ(be().memory_info().allocated_bytes, allocated);
+  EXPECT_THROW(be().measure_read_bandwidth(4095, 1), BackendError);
+  EXPECT_THROW(be().measure_read_bandwidth(size_t(1) << 20, 0), BackendError);
 }
 
 TEST_P(MemoryTest, UploadDownloadRoundTrip) {
