@@ -44,11 +44,11 @@
 //                    from Q8_0 blocks), in the W8 layout: each weight is rebuilt as fp16(q · s) by one
 //                    fp16 multiply (int8_pair_as_f16), the fp16 lm_head's values bit for bit, and the
 //                    products are summed on tensor cores in fp32. A warp owns 16 rows and walks them
-//                    in steps of 128 values, each a 128-byte line of a row, with 4 steps in its
+//                    in steps of 128 values, each a 128-byte line of a row, with 5 steps in its
 //                    registers (128 registers a thread, two 8-warp blocks per multiprocessor). On an
-//                    H200 the lm_head takes 41.6 µs in the decode chain, where the previous form (two
-//                    rows a warp on CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in flight
-//                    48.0 and 45.6.
+//                    H200 the lm_head takes 40.4–41.6 µs in the decode chain, where the previous form
+//                    (two rows a warp on CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in
+//                    flight 48.0 and 45.6.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
@@ -628,9 +628,12 @@ __global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs
 // 2,319, 2 at 64 2,298–2,300; the previous form 2,272–2,273. Warps of 8 rows (x as the A operand,
 // finer shares of the rows) with 4, 6 or 8 stages were no faster in the chain (2,324–2,333 against
 // 2,332) though faster alone (42.6–44.6 against 49.0 µs), nor were blocks of 4 warps (2,328 against
-// 2,334).
+// 2,334). 5 stages still fit 128 registers without spills (6 spill 172 bytes): 2,458–2,460 against
+// 2,433–2,435 tok/s at the chat prompt, 2,031 against 2,029–2,030 after 4,096 tokens, though the
+// lm_head itself was no faster in the chain (40.7 against 40.4 µs; the step's other kernels 4.7 µs
+// less, not explained).
 constexpr int kI8fWarps = 8;   // per block
-constexpr int kI8fStages = 4;  // steps in a warp's registers
+constexpr int kI8fStages = 5;  // steps in a warp's registers
 constexpr int kI8fStep = 128;  // k of one step
 __host__ __device__ constexpr int i8f_steps(int k) { return (k + kI8fStep - 1) / kI8fStep; }
 // Shared memory offset (bytes) of x[e] in fp16: 16 bytes of padding after every 64 values, so that
