@@ -628,10 +628,10 @@ __global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs
 // 2,319, 2 at 64 2,298–2,300; the previous form 2,272–2,273. Warps of 8 rows (x as the A operand,
 // finer shares of the rows) with 4, 6 or 8 stages were no faster in the chain (2,324–2,333 against
 // 2,332) though faster alone (42.6–44.6 against 49.0 µs), nor were blocks of 4 warps (2,328 against
-// 2,334). 5 stages still fit 128 registers without spills (6 spill 172 bytes): 2,458–2,460 against
-// 2,433–2,435 tok/s at the chat prompt, 2,031 against 2,029–2,030 after 4,096 tokens, though the
-// lm_head itself was no faster in the chain (40.7 against 40.4 µs; the step's other kernels 4.7 µs
-// less, not explained).
+// 2,334). 5 stages still fit 128 registers without spills (6 spill 172 bytes): 2,449.7–2,460.0
+// against 2,426.8–2,434.8 tok/s at the chat prompt on two machines, 2,031 against 2,028–2,030 after
+// 4,096 tokens, though the lm_head itself was no faster in the traced chain (40.7–41.1 against
+// 40.4–41.0 µs); where the untraced step gains was not found.
 constexpr int kI8fWarps = 8;   // per block
 constexpr int kI8fStages = 5;  // steps in a warp's registers
 constexpr int kI8fStep = 128;  // k of one step
