@@ -46,7 +46,7 @@
 //                    products are summed on tensor cores in fp32. A warp owns 16 rows and walks them
 //                    in steps of 128 values, each a 128-byte line of a row, with 5 steps in its
 //                    registers (128 registers a thread, two 8-warp blocks per multiprocessor). On an
-//                    H200 the lm_head takes 40.4–41.6 µs in the decode chain, where the previous form
+//                    H200 the lm_head takes 40.7–41.1 µs in the decode chain, where the previous form
 //                    (two rows a warp on CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in
 //                    flight 48.0 and 45.6.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
@@ -629,7 +629,7 @@ __global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs
 // finer shares of the rows) with 4, 6 or 8 stages were no faster in the chain (2,324–2,333 against
 // 2,332) though faster alone (42.6–44.6 against 49.0 µs), nor were blocks of 4 warps (2,328 against
 // 2,334). 5 stages still fit 128 registers without spills (6 spill 172 bytes): 2,449.7–2,460.0
-// against 2,426.8–2,434.8 tok/s at the chat prompt on two machines, 2,031 against 2,028–2,030 after
+// against 2,426.8–2,434.8 tok/s at the chat prompt in two calls, 2,031 against 2,028–2,030 after
 // 4,096 tokens, though the lm_head itself was no faster in the traced chain (40.7–41.1 against
 // 40.4–41.0 µs); where the untraced step gains was not found.
 constexpr int kI8fWarps = 8;   // per block
