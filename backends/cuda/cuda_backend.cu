@@ -57,6 +57,22 @@ bool keeps_int8_form(const HostMatrix& h) {
   return h.type == WeightType::F16 && h.q && h.scales && h.k % kW8Group == 0;
 }
 
+// The int8 form of h in CudaMatrix's tiles: q and scales, rows padded to whole tiles and k to whole
+// steps with zeros.
+void tile_int8_form(const HostMatrix& h, std::vector<int8_t>& q, std::vector<half_t>& scales) {
+  const int64_t steps = i8f_steps(h.k), rows = (h.n + kI8fTileRows - 1) / kI8fTileRows * kI8fTileRows;
+  constexpr int kGroups = kI8fStep / kW8Group;  // scales a piece
+  q.assign(size_t(rows * steps * kI8fStep), 0);
+  scales.assign(size_t(rows * steps * kGroups), half_t(0));
+  for (int64_t r = 0; r < h.n; ++r) {
+    for (int64_t s = 0; s < steps; ++s) {
+      const int64_t piece = i8f_piece(r, s, steps), k0 = s * kI8fStep, values = std::min<int64_t>(kI8fStep, h.k - k0);
+      std::copy_n(h.q + r * h.k + k0, values, q.begin() + piece * kI8fStep);
+      std::copy_n(h.scales + (r * h.k + k0) / kW8Group, values / kW8Group, scales.begin() + piece * kGroups);
+    }
+  }
+}
+
 // q → q + 128 in place: flips the top bit of every byte (CudaMatrix's W8 layout).
 __global__ void flip_top_bits(uint4* q, size_t vectors) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < vectors; i += size_t(gridDim.x) * blockDim.x) {
@@ -69,20 +85,27 @@ __global__ void flip_top_bits(uint4* q, size_t vectors) {
 CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter)
     : Matrix(h.type, h.n, h.k, keeps_int8_form(h)), counter_(std::move(counter)) {
   const size_t n = size_t(h.n), k = size_t(h.k);
+  // The int8 form's tiles, built on the host (zeros where rows and k are padded); kept until the
+  // copies below are done.
+  std::vector<int8_t> tiled_q;
+  std::vector<half_t> tiled_scales;
+  if (f16_as_w8()) tile_int8_form(h, tiled_q, tiled_scales);
   if (w8_layout()) {
     k_pad_ = h.k;
-    const size_t q_bytes = n * k;
+    const int8_t* q = f16_as_w8() ? tiled_q.data() : h.q;
+    const half_t* scales = f16_as_w8() ? tiled_scales.data() : h.scales;
+    const size_t q_bytes = f16_as_w8() ? tiled_q.size() : n * k;
     scales_offset_ = (q_bytes + 255) / 256 * 256;
-    const size_t scale_bytes = n * (k / kW8Group) * sizeof(half_t);
+    const size_t scale_bytes = (f16_as_w8() ? tiled_scales.size() : n * (k / kW8Group)) * sizeof(half_t);
     mem_ = DeviceMemory(scales_offset_ + scale_bytes);
-    CUDA_CHECK(cudaMemcpyAsync(mem_.get(), h.q, q_bytes, cudaMemcpyHostToDevice, stream));
-    const size_t vectors = q_bytes / 16;  // k is a multiple of 32
+    CUDA_CHECK(cudaMemcpyAsync(mem_.get(), q, q_bytes, cudaMemcpyHostToDevice, stream));
+    const size_t vectors = q_bytes / 16;  // k is a multiple of 32, a tile 2 KB
     if (vectors > 0) {
       flip_top_bits<<<unsigned(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0, stream>>>(
           static_cast<uint4*>(mem_.get()), vectors);
       CUDA_CHECK(cudaGetLastError());
     }
-    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(mem_.get()) + scales_offset_, h.scales, scale_bytes,
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(mem_.get()) + scales_offset_, scales, scale_bytes,
                                cudaMemcpyHostToDevice, stream));
   } else {
     k_pad_ = (h.k + 7) / 8 * 8;

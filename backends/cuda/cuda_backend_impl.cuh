@@ -41,8 +41,16 @@ struct MemoryCounter {
 //        every row of q starts 32-byte aligned.
 //   F16: (n, k_pad) fp16 row-major, rows padded with zeros to k_pad = k rounded up to 8, so that
 //        every row starts 16-byte aligned and is read in whole 16-byte vectors. An F16 matrix that
-//        comes with its int8 form (HostMatrix) is kept in the W8 layout instead, and the kernels
-//        that read it rebuild each weight as fp16(q · scale): the fp16 values in half the bytes.
+//        comes with its int8 form (HostMatrix) is kept in that form instead, and the kernels that
+//        read it rebuild each weight as fp16(q · scale): the fp16 values in half the bytes. Its q
+//        and scales (q + 128 as in W8) are stored in tiles of kI8fTileRows rows × kI8fStep values,
+//        the order in which the int8-form GEMV's warps read them: a tile's 16 pieces of 128 bytes
+//        (one per row) follow each other, then the tile of the next 128 values of the same rows, and
+//        after a block of rows' last tile the next block's first; the scales likewise, 4 a piece.
+//        Rows are padded to a whole tile and k to a whole step, with zero values and scales.
+//        Measured on an H200 against the row-major W8 layout, decode tok/s interleaved: 2,470.1–
+//        2,473.6 against 2,448.5–2,450.3 after the chat prompt, 2,039.9–2,041.6 against 2,026.5–
+//        2,029.0 after 4,096 tokens (the lm_head 39.4 against 41.3 µs in the chain).
 class CudaMatrix final : public Matrix {
  public:
   CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter);
@@ -61,6 +69,16 @@ class CudaMatrix final : public Matrix {
   int64_t k_pad_ = 0;
   std::shared_ptr<MemoryCounter> counter_;
 };
+
+// The int8 form's tiles (see CudaMatrix): rows and values per tile, and the piece of row `row` in
+// step `step` (values 128·step ..) of a matrix of `steps` steps a row: its 128 values are at
+// q + 128 · piece, their 4 group scales at scales + 4 · piece.
+constexpr int kI8fTileRows = 16;
+constexpr int kI8fStep = 128;
+__host__ __device__ constexpr int64_t i8f_steps(int64_t k) { return (k + kI8fStep - 1) / kI8fStep; }
+__host__ __device__ constexpr int64_t i8f_piece(int64_t row, int64_t step, int64_t steps) {
+  return ((row / kI8fTileRows) * steps + step) * kI8fTileRows + row % kI8fTileRows;
+}
 
 // The CudaMatrix behind a Matrix; throws BackendError when another backend made it.
 const CudaMatrix& cuda_matrix(const Matrix* m, const char* op);

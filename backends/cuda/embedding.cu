@@ -19,9 +19,9 @@ namespace {
 constexpr int kEmbThreads = 256;
 
 struct EmbeddingArgs {
-  const uint8_t* q = nullptr;      // W8 layout: (n_vocab, n_embd), q + 128
-  const __half* scales = nullptr;  // W8 layout: (n_vocab, n_embd / 32)
-  bool as_f16 = false;             // W8 layout of an F16 table: each value is fp16(q · scale)
+  const uint8_t* q = nullptr;      // W8: (n_vocab, n_embd), q + 128; an F16 table's int8 form in tiles
+  const __half* scales = nullptr;  // W8: (n_vocab, n_embd / 32); the int8 form's in tiles
+  bool as_f16 = false;             // an F16 table's int8 form: each value is fp16(q · scale)
   const __half* w16 = nullptr;     // F16: (n_vocab, k_pad)
   int64_t n_vocab = 0;
   int n_embd = 0, k_pad = 0;
@@ -83,10 +83,20 @@ __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const EmbeddingA
   const int width = w8 ? 16 : 8;  // values per vector
   const int vecs = (a.n_embd + width - 1) / width;
   // W8 rows are k bytes (a multiple of 32) and F16 rows k_pad values (a multiple of 8): every
-  // vector is 16-byte aligned and inside its row (F16 padding is zeros).
-  const uint4* row = w8 ? reinterpret_cast<const uint4*>(a.q + int64_t(ok ? id : 0) * a.n_embd)
-                        : reinterpret_cast<const uint4*>(a.w16 + int64_t(ok ? id : 0) * a.k_pad);
-  const __half* scales = w8 ? a.scales + int64_t(ok ? id : 0) * (a.n_embd / kW8Group) : nullptr;
+  // vector is 16-byte aligned and inside its row (F16 padding is zeros). In the int8 form's tiles
+  // a row's 128-value pieces lie a tile apart (i8f_piece).
+  const int64_t r = ok ? id : 0, steps = i8f_steps(a.n_embd);
+  constexpr int kPieceVectors = kI8fStep / 16;  // vectors of an int8-form piece
+  // Vector c of the row, and its W8 group's scale (16 values: half a group).
+  const auto vector = [&](int c) -> const uint4* {
+    if (!w8) return reinterpret_cast<const uint4*>(a.w16 + r * a.k_pad) + c;
+    if (!a.as_f16) return reinterpret_cast<const uint4*>(a.q + r * a.n_embd) + c;
+    return reinterpret_cast<const uint4*>(a.q + i8f_piece(r, c / kPieceVectors, steps) * kI8fStep) + c % kPieceVectors;
+  };
+  const auto scale = [&](int c) -> const __half* {
+    if (!a.as_f16) return a.scales + r * (a.n_embd / kW8Group) + c / 2;
+    return a.scales + i8f_piece(r, c / kPieceVectors, steps) * (kI8fStep / kW8Group) + c % kPieceVectors / 2;
+  };
   for (int base = 0; base < vecs; base += kEmbBatch * kEmbThreads) {
     uint4 v[kEmbBatch];
     float s[kEmbBatch];
@@ -94,8 +104,8 @@ __global__ void __launch_bounds__(kEmbThreads) embedding_kernel(const EmbeddingA
     for (int i = 0; i < kEmbBatch; ++i) {
       const int c = base + i * kEmbThreads + int(threadIdx.x);
       const bool in = ok && c < vecs;
-      v[i] = in ? __ldg(row + c) : make_uint4(0u, 0u, 0u, 0u);
-      s[i] = in && w8 ? __half2float(__ldg(scales + c / 2)) : 0.f;  // 16 values: half a W8 group
+      v[i] = in ? __ldg(vector(c)) : make_uint4(0u, 0u, 0u, 0u);
+      s[i] = in && w8 ? __half2float(__ldg(scale(c))) : 0.f;
     }
 #pragma unroll
     for (int i = 0; i < kEmbBatch; ++i) {

@@ -618,7 +618,8 @@ __global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs
 // m16n8k16 (fp16 in, fp32 sums): the A operand is 16 weight rows and every B column holds x, so
 // every column of the result is the product. A warp owns 16 rows at a time, all of k, in steps of
 // 128 values: lane (g, t) loads bytes 32t .. 32t + 31 of rows g and g + 8 (one W8 group, one scale
-// each), so a step of a row is one 128-byte line. The k slots of the step's 8 mma are permuted to
+// each). The matrix is stored in these steps' tiles (CudaMatrix), so a warp's step reads one whole
+// 2 KB tile and its scales one 128-byte line. The k slots of the step's 8 mma are permuted to
 // match: in mma j, A slots 2t, 2t + 1 take bytes 4j, 4j + 1 of the lane's 32 and slots 2t + 8,
 // 2t + 9 bytes 4j + 2, 4j + 3, and the B slots take x at the same k. A warp's steps run on through
 // its row blocks as one stream with kI8fStages steps in registers: the loads of step i + kI8fStages
@@ -634,8 +635,6 @@ __global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs
 // 40.4–41.0 µs); where the untraced step gains was not found.
 constexpr int kI8fWarps = 8;   // per block
 constexpr int kI8fStages = 5;  // steps in a warp's registers
-constexpr int kI8fStep = 128;  // k of one step
-__host__ __device__ constexpr int i8f_steps(int k) { return (k + kI8fStep - 1) / kI8fStep; }
 // Shared memory offset (bytes) of x[e] in fp16: 16 bytes of padding after every 64 values, so that
 // the 4 lanes of a quad (64 bytes apart) read 4 different bank groups.
 __host__ __device__ constexpr int i8f_x_offset(int e) { return 2 * e + 16 * (e / 64); }
@@ -645,17 +644,19 @@ struct I8fStep {
   __half s[2];    // their W8 group scales
 };
 
-// Step `step` of row block rb (rows 16·rb ..): rows past the last and steps past k load nothing.
-__device__ __forceinline__ void i8f_load(const GemvArgs& a, int rb, int step, int g, int t, I8fStep& r) {
-  const int kk = step * kI8fStep + 32 * t, row = 16 * rb + g;
-  const uint4* p = reinterpret_cast<const uint4*>(a.q + int64_t(row) * a.k + kk);
-  const __half* sp = a.scales + int64_t(row) * (a.k / kW8Group) + kk / kW8Group;
+// Step `step` of row block rb (rows 16·rb ..; `steps` a row): one tile of the matrix (CudaMatrix),
+// 2 KB and its 128 bytes of scales, each read whole by the warp. A row block past the matrix (the
+// stream's requests after a warp's last) loads nothing; the tiles' padding is zeros.
+__device__ __forceinline__ void i8f_load(const GemvArgs& a, int rb, int step, int steps, int g, int t, I8fStep& r) {
+  const int64_t piece = i8f_piece(int64_t(kI8fTileRows) * rb + g, step, steps);
+  const uint4* p = reinterpret_cast<const uint4*>(a.q + piece * kI8fStep) + 2 * t;
+  const __half* sp = a.scales + piece * (kI8fStep / kW8Group) + t;
+  const bool ok = kI8fTileRows * rb < a.rows;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const bool ok = row + 8 * h < a.rows && kk < a.k;
-    r.v[h][0] = ok ? __ldcs(p + h * (a.k / 2)) : make_uint4(0u, 0u, 0u, 0u);  // 8 rows on: k / 2 vectors
-    r.v[h][1] = ok ? __ldcs(p + h * (a.k / 2) + 1) : make_uint4(0u, 0u, 0u, 0u);
-    r.s[h] = ok ? __ldcs(sp + h * (a.k / 4)) : __ushort_as_half(0);
+  for (int h = 0; h < 2; ++h) {  // rows g and g + 8: 8 pieces of 8 vectors on
+    r.v[h][0] = ok ? __ldcs(p + h * 64) : make_uint4(0u, 0u, 0u, 0u);
+    r.v[h][1] = ok ? __ldcs(p + h * 64 + 1) : make_uint4(0u, 0u, 0u, 0u);
+    r.s[h] = ok ? __ldcs(sp + h * 32) : __ushort_as_half(0);
   }
 }
 
@@ -694,7 +695,7 @@ __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
   I8fStep buf[kI8fStages];
   int ld_rb = first, ld_step = 0;  // the next step to load
   const auto load_next = [&](I8fStep& r) {
-    i8f_load(a, ld_rb, ld_step, g, t, r);
+    i8f_load(a, ld_rb, ld_step, steps, g, t, r);
     if (++ld_step == steps) {
       ld_step = 0;
       ld_rb += warps;
