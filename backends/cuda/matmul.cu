@@ -46,9 +46,9 @@
 //                    products are summed on tensor cores in fp32. A warp owns 16 rows and walks them
 //                    in steps of 128 values, each a 128-byte line of a row, with 5 steps in its
 //                    registers (128 registers a thread, two 8-warp blocks per multiprocessor). On an
-//                    H200 the lm_head takes 40.7–41.1 µs in the decode chain, where the previous form
-//                    (two rows a warp on CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in
-//                    flight 48.0 and 45.6.
+//                    H200 the lm_head takes 39.2–39.4 µs in the decode chain (read from its tiles,
+//                    CudaMatrix; 40.7–41.1 row-major), where the previous form (two rows a warp on
+//                    CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in flight 48.0 and 45.6.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
