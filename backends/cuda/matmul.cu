@@ -41,14 +41,15 @@
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
 //   fp16_matmul_m1_int8_form  an F16 matrix kept in its int8 form (HostMatrix: the lm_head converted
-//                    from Q8_0 blocks), in the W8 layout: each weight is rebuilt as fp16(q · s) by one
-//                    fp16 multiply (int8_pair_as_f16), the fp16 lm_head's values bit for bit, and the
-//                    products are summed on tensor cores in fp32. A warp owns 16 rows and walks them
-//                    in steps of 128 values, each a 128-byte line of a row, with 5 steps in its
-//                    registers (128 registers a thread, two 8-warp blocks per multiprocessor). On an
-//                    H200 the lm_head takes 39.2–39.4 µs in the decode chain (read from its tiles,
-//                    CudaMatrix; 40.7–41.1 row-major), where the previous form (two rows a warp on
-//                    CUDA cores, 64 registers) took 54.3, and 2 or 3 steps in flight 48.0 and 45.6.
+//                    from Q8_0 blocks), stored in tiles of 16 rows × 128 values (CudaMatrix): each
+//                    weight is rebuilt as fp16(q · s) by one fp16 multiply (int8_pair_as_f16), the
+//                    fp16 lm_head's values bit for bit, and the products are summed on tensor cores
+//                    in fp32. A warp owns 16 rows and walks them in steps of 128 values, each step
+//                    one 2 KB tile, with 5 steps in its registers (128 registers a thread, two
+//                    8-warp blocks per multiprocessor). On an H200 the lm_head takes 39.2–39.4 µs
+//                    in the decode chain (40.7–41.1 with the rows stored row-major), where the
+//                    previous form (two rows a warp on CUDA cores, 64 registers) took 54.3, and 2
+//                    or 3 steps in flight 48.0 and 45.6.
 // A block walks its rows with the grid as stride, staging x once. The x values in shared memory are
 // laid out so that the 8 lanes of a quarter-warp read 8 different bank groups (see x_unit). A kernel's
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
