@@ -654,10 +654,10 @@ __device__ __forceinline__ void i8f_load(const GemvArgs& a, int rb, int step, in
   const __half* sp = a.scales + piece * (kI8fStep / kW8Group) + t;
   const bool ok = kI8fTileRows * rb < a.rows;
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {  // rows g and g + 8: 8 pieces of 8 vectors on
-    r.v[h][0] = ok ? __ldcs(p + h * 64) : make_uint4(0u, 0u, 0u, 0u);
-    r.v[h][1] = ok ? __ldcs(p + h * 64 + 1) : make_uint4(0u, 0u, 0u, 0u);
-    r.s[h] = ok ? __ldcs(sp + h * 32) : __ushort_as_half(0);
+  for (int h = 0; h < 2; ++h) {  // rows g and g + 8: 8 pieces on
+    r.v[h][0] = ok ? __ldcs(p + h * 8 * (kI8fStep / 16)) : make_uint4(0u, 0u, 0u, 0u);
+    r.v[h][1] = ok ? __ldcs(p + h * 8 * (kI8fStep / 16) + 1) : make_uint4(0u, 0u, 0u, 0u);
+    r.s[h] = ok ? __ldcs(sp + h * 8 * (kI8fStep / kW8Group)) : __ushort_as_half(0);
   }
 }
 
@@ -688,7 +688,7 @@ __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
   extern __shared__ float4 xs[];  // x as padded fp16 (i8f_x_offset)
   unsigned char* xh = reinterpret_cast<unsigned char*>(xs);
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  const int steps = i8f_steps(a.k), row_blocks = (a.rows + 15) / 16;
+  const int steps = i8f_steps(a.k), row_blocks = (a.rows + kI8fTileRows - 1) / kI8fTileRows;
   const int warps = int(gridDim.x) * kI8fWarps, first = int(blockIdx.x) * kI8fWarps + warp;
   const int total = first < row_blocks ? (row_blocks - first + warps - 1) / warps * steps : 0;
   const auto store_x = [xh](int u, uint2 h) { *reinterpret_cast<uint2*>(xh + i8f_x_offset(4 * u)) = h; };
@@ -727,7 +727,7 @@ __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
       if (t == 0) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int row = 16 * rb + g + 8 * h;
+          const int row = kI8fTileRows * rb + g + 8 * h;
           GemvEpilogueInputs<1> epi;
           gemv_epilogue_inputs<1>(a, row, true, epi);
           gemv_write<1>(a, row, {c[2 * h]}, epi, best);
@@ -2036,7 +2036,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   int64_t blocks = 0;
   if (w.f16_as_w8()) {  // 16 rows a warp, as many blocks of kI8fWarps as the GPU holds at once
     plan.warps = kI8fWarps;
-    blocks = std::min(ceil_div(ceil_div(a.rows, 16), kI8fWarps), max_blocks(kI8fWarps));
+    blocks = std::min(ceil_div(ceil_div(a.rows, kI8fTileRows), kI8fWarps), max_blocks(kI8fWarps));
   } else {
     plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
     if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
