@@ -57,19 +57,35 @@ bool keeps_int8_form(const HostMatrix& h) {
   return h.type == WeightType::F16 && h.q && h.scales && h.k % kW8Group == 0;
 }
 
-// The int8 form of h in CudaMatrix's tiles: q and scales, rows padded to whole tiles and k to whole
-// steps with zeros.
-void tile_int8_form(const HostMatrix& h, std::vector<int8_t>& q, std::vector<half_t>& scales) {
-  const int64_t steps = i8f_steps(h.k), rows = (h.n + kI8fTileRows - 1) / kI8fTileRows * kI8fTileRows;
-  constexpr int kGroups = kI8fStep / kW8Group;  // scales a piece
-  q.assign(size_t(rows * steps * kI8fStep), 0);
-  scales.assign(size_t(rows * steps * kGroups), half_t(0));
-  for (int64_t r = 0; r < h.n; ++r) {
-    for (int64_t s = 0; s < steps; ++s) {
-      const int64_t piece = i8f_piece(r, s, steps), k0 = s * kI8fStep, values = std::min<int64_t>(kI8fStep, h.k - k0);
-      std::copy_n(h.q + r * h.k + k0, values, q.begin() + piece * kI8fStep);
-      std::copy_n(h.scales + (r * h.k + k0) / kW8Group, values / kW8Group, scales.begin() + piece * kGroups);
+// Rows of the int8 form's tiles for n rows: n padded to a whole tile.
+int64_t i8f_tiled_rows(int64_t n) { return (n + kI8fTileRows - 1) / kI8fTileRows * kI8fTileRows; }
+
+// Copies h's int8 form into CudaMatrix's tiles, q and scales on the device (rows padded to whole
+// tiles and k to whole steps with zeros), a few hundred blocks of rows at a time through host
+// buffers: the host never holds a second copy of the matrix.
+void upload_int8_tiles(const HostMatrix& h, void* q, void* scales, cudaStream_t stream) {
+  constexpr int64_t kChunk = 256 * kI8fTileRows;  // rows a copy
+  constexpr int kGroups = kI8fStep / kW8Group;     // scales a piece
+  const int64_t steps = i8f_steps(h.k), rows = i8f_tiled_rows(h.n);
+  std::vector<int8_t> tq;
+  std::vector<half_t> ts;
+  for (int64_t r0 = 0; r0 < rows; r0 += kChunk) {
+    const int64_t pieces = std::min(kChunk, rows - r0) * steps, first = r0 * steps;  // pieces before the chunk
+    tq.assign(size_t(pieces * kI8fStep), 0);
+    ts.assign(size_t(pieces * kGroups), half_t(0));
+    for (int64_t r = r0; r < std::min(r0 + kChunk, h.n); ++r) {
+      for (int64_t s = 0; s < steps; ++s) {
+        const int64_t at = i8f_piece(r, s, steps) - first, k0 = s * kI8fStep;
+        const int64_t values = std::min<int64_t>(kI8fStep, h.k - k0);
+        std::copy_n(h.q + r * h.k + k0, values, tq.begin() + at * kI8fStep);
+        std::copy_n(h.scales + (r * h.k + k0) / kW8Group, values / kW8Group, ts.begin() + at * kGroups);
+      }
     }
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<int8_t*>(q) + first * kI8fStep, tq.data(), tq.size(),
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaMemcpyAsync(static_cast<half_t*>(scales) + first * kGroups, ts.data(), ts.size() * sizeof(half_t),
+                               cudaMemcpyHostToDevice, stream));
+    CUDA_CHECK(cudaStreamSynchronize(stream));  // before the buffers are filled again
   }
 }
 
@@ -85,28 +101,26 @@ __global__ void flip_top_bits(uint4* q, size_t vectors) {
 CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter)
     : Matrix(h.type, h.n, h.k, keeps_int8_form(h)), counter_(std::move(counter)) {
   const size_t n = size_t(h.n), k = size_t(h.k);
-  // The int8 form's tiles, built on the host (zeros where rows and k are padded); kept until the
-  // copies below are done.
-  std::vector<int8_t> tiled_q;
-  std::vector<half_t> tiled_scales;
-  if (f16_as_w8()) tile_int8_form(h, tiled_q, tiled_scales);
   if (w8_layout()) {
     k_pad_ = h.k;
-    const int8_t* q = f16_as_w8() ? tiled_q.data() : h.q;
-    const half_t* scales = f16_as_w8() ? tiled_scales.data() : h.scales;
-    const size_t q_bytes = f16_as_w8() ? tiled_q.size() : n * k;
-    scales_offset_ = (q_bytes + 255) / 256 * 256;
-    const size_t scale_bytes = (f16_as_w8() ? tiled_scales.size() : n * (k / kW8Group)) * sizeof(half_t);
+    // The int8 form in tiles: rows padded to a whole tile, k to a whole step.
+    const size_t values = f16_as_w8() ? size_t(i8f_tiled_rows(h.n) * i8f_steps(h.k) * kI8fStep) : n * k;
+    scales_offset_ = (values + 255) / 256 * 256;
+    const size_t scale_bytes = values / kW8Group * sizeof(half_t);
     mem_ = DeviceMemory(scales_offset_ + scale_bytes);
-    CUDA_CHECK(cudaMemcpyAsync(mem_.get(), q, q_bytes, cudaMemcpyHostToDevice, stream));
-    const size_t vectors = q_bytes / 16;  // k is a multiple of 32, a tile 2 KB
+    void* scales = static_cast<char*>(mem_.get()) + scales_offset_;
+    if (f16_as_w8()) {
+      upload_int8_tiles(h, mem_.get(), scales, stream);
+    } else {
+      CUDA_CHECK(cudaMemcpyAsync(mem_.get(), h.q, values, cudaMemcpyHostToDevice, stream));
+      CUDA_CHECK(cudaMemcpyAsync(scales, h.scales, scale_bytes, cudaMemcpyHostToDevice, stream));
+    }
+    const size_t vectors = values / 16;  // k is a multiple of 32, a tile 2 KB
     if (vectors > 0) {
       flip_top_bits<<<unsigned(std::min<size_t>((vectors + 255) / 256, 4096)), 256, 0, stream>>>(
           static_cast<uint4*>(mem_.get()), vectors);
       CUDA_CHECK(cudaGetLastError());
     }
-    CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(mem_.get()) + scales_offset_, scales, scale_bytes,
-                               cudaMemcpyHostToDevice, stream));
   } else {
     k_pad_ = (h.k + 7) / 8 * 8;
     const size_t row_bytes = size_t(k_pad_) * sizeof(half_t);
