@@ -1,5 +1,6 @@
 // Inside the CUDA backend: the backend class, its weight matrix and its workspaces. Each op is
-// defined in the .cu file named after it (matmul.cu, attention.cu, ...); cuda_backend.cu holds
+// defined in the .cu file named after it (matmul.cu, attention.cu, ...; the matmul's kernel
+// families in matmul_m1.cu, matmul_prefill_small.cu and matmul_prefill.cu); cuda_backend.cu holds
 // memory, device facts, step capture and the factory.
 //
 // Everything runs in order on one non-blocking stream the backend owns. Every kernel goes through
@@ -183,11 +184,13 @@ class CudaBackend final : public Backend {
   bool matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w);
   void rope_epilogue(const MatmulDesc& d);  // MatmulEpilogue::QkvRopeAppend as its own kernel
   void matmul_prefill_kernel(const MatmulDesc& d, const CudaMatrix& w, const __half* x);
-  // Short prompts (m <= 64): false (nothing launched) when the shape does not fit the path.
+  // Short prompts: false (nothing launched) past 64 rows of x or when the shape does not fit the path.
   bool matmul_small_kernel(const MatmulDesc& d, const CudaMatrix& w);
   size_t small_smem_cap() const;             // staged x of matmul_prefill_small, bytes
   size_t small_smem_limit() const;           // all of its dynamic shared memory, bytes
   void prepare_matmul(const CudaMatrix& w);   // kernel attributes for the matrix's k (matmul.cu)
+  void prepare_matmul_m1(const CudaMatrix& w);  // the GEMVs' (matmul_m1.cu)
+  void prepare_matmul_small();                  // matmul_prefill_small's, once (matmul_prefill_small.cu)
   void prepare_attention();                   // kernel attributes for every head_dim (attention.cu)
   ArgmaxWorkspace argmax_workspace();         // candidates of up to kArgmaxMaxBlocks blocks (argmax.cu)
 
