@@ -206,6 +206,9 @@ enum class MatmulEpilogue : uint8_t {
 //   - an rmsnorm prologue: when norm_x is set, x = fp16(rmsnorm(norm_x) * norm_weight) is computed
 //     from the fp32 rows of norm_x and the x field is ignored;
 //   - an epilogue (see MatmulEpilogue): SwiGLU, or rope + KV append on the QKV projection.
+// w, bias and norm_weight are parameters: no op of the same sequence writes them, so a backend may
+// read them while the op just before is still running (the CUDA backend's decode GEMVs request
+// them before their dependency wait).
 struct MatmulDesc {
   const Matrix* w = nullptr;    // (n, k)
   const half_t* x = nullptr;    // (m, k)
