@@ -37,7 +37,9 @@ TEST_P(MemoryTest, MeasuresReadBandwidth) {
   EXPECT_TRUE(std::isfinite(gbs));
   EXPECT_GT(gbs, 0.0);
   const double nominal = be().device_info().peak_bandwidth_gbs;
-  if (nominal > 0) EXPECT_LT(gbs, nominal) << "nominal " << nominal << " GB/s";
+  if (nominal > 0) {
+    EXPECT_LT(gbs, nominal) << "nominal " << nominal << " GB/s";
+  }
   EXPECT_EQ(be().memory_info().allocated_bytes, allocated);
   EXPECT_THROW(be().measure_read_bandwidth(4095, 1), BackendError);
   EXPECT_THROW(be().measure_read_bandwidth(size_t(1) << 20, 0), BackendError);
