@@ -156,8 +156,9 @@ __device__ __forceinline__ float warp_max(float v) {
 }
 
 // Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
-// `scratch` holds 32 values in shared memory; the call ends with the block synchronised.
-template <class T>
+// `scratch` holds 32 values in shared memory; the call ends with the block synchronised, so that
+// scratch may be reused, unless kOnce: a caller that sums into this scratch once saves the barrier.
+template <class T, bool kOnce = false>
 __device__ __forceinline__ T block_sum(T v, T* scratch) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   v = warp_sum(v);
@@ -166,7 +167,7 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
   T total = 0;
   const int n_warps = blockDim.x >> 5;
   for (int w = 0; w < n_warps; ++w) total += scratch[w];  // same order in every thread
-  __syncthreads();  // scratch may be reused after return
+  if constexpr (!kOnce) __syncthreads();  // scratch may be reused after return
   return total;
 }
 

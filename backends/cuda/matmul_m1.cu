@@ -136,8 +136,9 @@ __device__ __forceinline__ void load_norm_weights(const GemvArgs& a, NormWeights
 
 // Hands x (or the rmsnorm prologue's fp16 values) to store(u, v) in 4-value units v, zero past k,
 // over the units of a weight row. Block-wide. Every global load a thread makes is issued before
-// the first value is stored, so staging costs one trip to memory (the prologue's block sum adds a
-// barrier). nw: the prologue's weights (load_norm_weights).
+// the first value is stored, so staging costs one trip to memory (the prologue's block sum adds
+// one barrier: a kernel stages x once, so its scratch is never reused). nw: the prologue's weights
+// (load_norm_weights).
 template <bool kW8, bool kNorm, int kLoads = kStageBatch, class Store>
 __device__ void stage_x(const GemvArgs& a, const NormWeights& nw, Store store) {
   const int units = a.chunks * (kW8 ? 4 : 2);
@@ -158,7 +159,7 @@ __device__ void stage_x(const GemvArgs& a, const NormWeights& nw, Store store) {
 #pragma unroll
       for (int i = 0; i < kNormUnits; ++i)
         ss += double(xv[i].x) * xv[i].x + double(xv[i].y) * xv[i].y + double(xv[i].z) * xv[i].z + double(xv[i].w) * xv[i].w;
-      ss = block_sum(ss, scratch);
+      ss = block_sum<double, true>(ss, scratch);
       const float inv = inverse_rms(ss, a.norm_inv_k, a.norm_eps);
 #pragma unroll
       for (int i = 0; i < kNormUnits; ++i) {
@@ -173,7 +174,7 @@ __device__ void stage_x(const GemvArgs& a, const NormWeights& nw, Store store) {
     }
     double ss = 0;
     for (int e = threadIdx.x; e < a.k; e += blockDim.x) ss += double(a.norm_x[e]) * a.norm_x[e];
-    ss = block_sum(ss, scratch);
+    ss = block_sum<double, true>(ss, scratch);
     const float inv = inverse_rms(ss, a.norm_inv_k, a.norm_eps);
     for (int u = threadIdx.x; u < units; u += blockDim.x) {
       const int e = 4 * u;
