@@ -41,6 +41,9 @@ __device__ __forceinline__ ArgmaxCandidate argmax_better(ArgmaxCandidate a, Argm
 }
 
 // The block's best candidate, in every thread. Block-wide; scratch holds blockDim.x / 32 entries.
+// The call ends with the block synchronised, so that scratch may be reused, unless kOnce: the
+// caller synchronises the block before scratch is written again, or never writes it again.
+template <bool kOnce = false>
 __device__ inline ArgmaxCandidate argmax_block(ArgmaxCandidate c, ArgmaxCandidate* scratch) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
 #pragma unroll
@@ -54,15 +57,17 @@ __device__ inline ArgmaxCandidate argmax_block(ArgmaxCandidate c, ArgmaxCandidat
   __syncthreads();
   ArgmaxCandidate best = argmax_none();
   for (int w = 0; w < int(blockDim.x >> 5); ++w) best = argmax_better(best, scratch[w]);
-  __syncthreads();  // scratch may be reused after return
+  if constexpr (!kOnce) __syncthreads();  // scratch may be reused after return
   return best;
 }
 
-// Block-wide: reduces the block's candidates, and in the last block to arrive those of the whole
-// grid, into *out; then, with `advance`, adds one to advance[0] and advance[1] (ArgmaxDesc).
+// Block-wide, a kernel's last use of scratch: reduces the block's candidates, and in the last block
+// to arrive those of the whole grid, into *out; then, with `advance`, adds one to advance[0] and
+// advance[1] (ArgmaxDesc). Neither reduction ends with a barrier: last_block_to_arrive begins with
+// one before the second writes scratch, and nothing reads it after the second.
 __device__ inline void argmax_commit(ArgmaxCandidate c, ArgmaxCandidate* scratch, int32_t* out, ArgmaxWorkspace ws,
                                      int32_t* advance) {
-  c = argmax_block(c, scratch);
+  c = argmax_block<true>(c, scratch);
   if (threadIdx.x == 0) {
     ws.v[blockIdx.x] = c.v;
     ws.i[blockIdx.x] = c.i;
@@ -71,7 +76,7 @@ __device__ inline void argmax_commit(ArgmaxCandidate c, ArgmaxCandidate* scratch
   ArgmaxCandidate b = argmax_none();
   for (int k = threadIdx.x; k < int(gridDim.x); k += blockDim.x)
     b = argmax_better(b, ArgmaxCandidate{__ldcg(ws.v + k), __ldcg(ws.i + k)});
-  b = argmax_block(b, scratch);
+  b = argmax_block<true>(b, scratch);
   if (threadIdx.x == 0) {
     *out = b.i < 0 ? 0 : b.i;
     if (advance) {

@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(kRmsThreads) rmsnorm_kernel(const float* x, co
   } else {
     for (int j = threadIdx.x; j < n; j += blockDim.x) ss += double(xr[j]) * xr[j];
   }
-  ss = block_sum(ss, scratch);
+  ss = block_sum<double, true>(ss, scratch);  // scratch is summed into once
   const float inv = inverse_rms(ss, inv_n, eps);
   if (vec) {
     for (int u = threadIdx.x; u < n / 4; u += blockDim.x) {
