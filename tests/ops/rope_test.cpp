@@ -172,11 +172,19 @@ class MatmulRopeEpilogueTest : public OpsTest {
 
   Run run(const HostWeights& hw, const std::vector<float>& norm_x, const std::vector<float>& norm_w,
           const std::vector<float>& bias, const std::vector<int32_t>& pos, const QkvRopeAppendDesc& shape,
-          bool fused) {
+          bool fused, int64_t advance_n = 0) {
     const int64_t m = int64_t(pos.size()), n = hw.n;
     const size_t cache = size_t(shape.n_ctx) * size_t(shape.n_head_kv) * size_t(shape.head_dim);
     auto w = be().upload_matrix(hw.view());
-    Buffer xb = upload(norm_x), wb = upload(norm_w), bb = upload(bias), pb = upload(pos);
+    // advance_n > 0 (m = 1): the position is one less, and an argmax over advance_n values, issued
+    // just before the matmul, advances it (ArgmaxDesc::advance), as a decode step's argmax does.
+    Buffer xb = upload(norm_x), wb = upload(norm_w), bb = upload(bias);
+    Buffer pb = advance_n > 0 ? upload(std::vector<int32_t>{pos[0] - 1, 0}) : upload(pos);
+    Buffer ab, ob;
+    if (advance_n > 0) {
+      ab = upload(std::vector<float>(size_t(advance_n), 1.0f));
+      ob = alloc<int32_t>(1);
+    }
     Buffer yb = alloc<float>(size_t(m * n));
     Buffer kc = upload(std::vector<half_t>(cache, 0)), vc = upload(std::vector<half_t>(cache, 0));
     MatmulDesc d;
@@ -194,6 +202,14 @@ class MatmulRopeEpilogueTest : public OpsTest {
       d.epilogue = MatmulEpilogue::QkvRopeAppend;
       d.rope = r;
     }
+    if (advance_n > 0) {
+      ArgmaxDesc ad;
+      ad.x = ab.as<float>();
+      ad.out = ob.as<int32_t>();
+      ad.n = advance_n;
+      ad.advance = pb.as<int32_t>();
+      be().argmax(ad);
+    }
     if (m == 1) {
       be().matmul_m1(d);
     } else {
@@ -208,7 +224,7 @@ class MatmulRopeEpilogueTest : public OpsTest {
   }
 
   void check(Rng& rng, WeightType type, int n_head, int n_head_kv, int head_dim, int64_t k,
-             const std::vector<int32_t>& pos, RopeMode mode) {
+             const std::vector<int32_t>& pos, RopeMode mode, int64_t advance_n = 0) {
     QkvRopeAppendDesc shape;
     shape.n_head = n_head;
     shape.n_head_kv = n_head_kv;
@@ -222,10 +238,11 @@ class MatmulRopeEpilogueTest : public OpsTest {
     const std::vector<float> nw = random_floats(rng, size_t(k), 0.5f, 1.5f);
     const std::vector<float> bias = random_floats(rng, size_t(n), -1.0f, 1.0f);
     const Run want = run(w, x, nw, bias, pos, shape, false);
-    const Run got = run(w, x, nw, bias, pos, shape, true);
+    const Run got = run(w, x, nw, bias, pos, shape, true, advance_n);
     const std::string what = std::string(weight_type_name(type)) + " heads " + std::to_string(n_head) + "+" +
                              std::to_string(n_head_kv) + " head_dim " + std::to_string(head_dim) + " k " +
-                             std::to_string(k) + " m " + std::to_string(m);
+                             std::to_string(k) + " m " + std::to_string(m) +
+                             (advance_n > 0 ? " position advanced by an argmax" : "");
     EXPECT_TRUE(all_equal(got.y, want.y)) << what << ": qkv rows";
     EXPECT_TRUE(all_equal(got.k_cache, want.k_cache)) << what << ": k cache";
     EXPECT_TRUE(all_equal(got.v_cache, want.v_cache)) << what << ": v cache";
@@ -253,6 +270,15 @@ TEST_P(MatmulRopeEpilogueTest, SameAsOpSequence) {
     check(rng, type, 2, 1, 128, 64, positions(0, 64), RopeMode::Neox);
     check(rng, type, 5, 1, 6, 64, positions(7, 3), RopeMode::Neox);
   }
+}
+
+// The position advanced by the op just before the projection, as a decode step's argmax advances
+// it for the next step: the CUDA decode kernel computes its rope angle at the position it reads
+// before the dependency wait, which here is mostly the old one, and must then use the new one.
+TEST_P(MatmulRopeEpilogueTest, PositionAdvancedByThePreviousOp) {
+  Rng rng(815);
+  for (int32_t p : {1, 37, 63}) check(rng, WeightType::W8, 14, 2, 64, 896, {p}, RopeMode::Neox, int64_t(1) << 22);
+  check(rng, WeightType::F16, 9, 3, 64, 96, {20}, RopeMode::Normal, int64_t(1) << 22);
 }
 
 }  // namespace
