@@ -44,18 +44,21 @@ __device__ __forceinline__ RopeAngle rope_angle(double freq, int pos) {
   return t;
 }
 
+// Whether head `head` of a packed qkv row is a q or k head, which rope turns (v heads pass through).
+__device__ __forceinline__ bool rope_turns(const RopeAppendArgs& r, int head) { return head < r.n_head + r.n_head_kv; }
+
 // Finishes rotation pair (d0, d1) of head `head` of the qkv row y_row at position t.pos: q and k
-// heads are turned by the angle t (rope_angle), v heads pass through; y gets both values, and k and
-// v heads go to their cache row as fp16.
+// heads are turned by the angle t (rope_angle; unused for v heads); y gets both values, and k and v
+// heads go to their cache row as fp16.
 __device__ __forceinline__ void rope_append_pair(const RopeAppendArgs& r, float* y_row, int head, int d0, int d1,
                                                  float v0, float v1, const RopeAngle& t) {
   const int64_t at = int64_t(head) * r.head_dim;
   const int pos = t.pos;
-  if (head < r.n_head + r.n_head_kv) rope_turn(v0, v1, t.cs, t.sn, v0, v1);
+  if (rope_turns(r, head)) rope_turn(v0, v1, t.cs, t.sn, v0, v1);
   y_row[at + d0] = v0;
   y_row[at + d1] = v1;
   if (head < r.n_head || pos < 0 || pos >= r.n_ctx) return;
-  const bool is_k = head < r.n_head + r.n_head_kv;
+  const bool is_k = rope_turns(r, head);
   const int kv_head = head - r.n_head - (is_k ? 0 : r.n_head_kv);
   __half* dst = (is_k ? r.k_cache : r.v_cache) + (int64_t(kv_head) * r.n_ctx + pos) * r.head_dim;
   dst[d0] = __float2half_rn(v0);

@@ -49,7 +49,7 @@
 //                    2,493.8-2,496.0 after the chat prompt (interleaved). Computed before the
 //                    weights are requested, they shortened this kernel in the chain (2.75 against
 //                    2.82 µs) but the fused attention kernel after it took longer (4.32 against
-//                    4.22), and decode after the chat prompt lost 0.2%.
+//                    4.22), and decode after the chat prompt lost 0.15%.
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
