@@ -22,13 +22,20 @@
 //       H200: 1,857–1,859 against 1,818 tok/s after 2,048 tokens of context, 1,814 against 1,789
 //       after 4,096). Each split writes its unnormalised output with its maximum and
 //       sum, and the last block to finish for a (KV head, head tile), found with an arrival counter,
-//       combines the splits in split order (deterministic), writes the output and resets the counter
-//       for the next call. Up to kCombineBatch splits (2,048 rows at head_dim 64) the combine is one
-//       trip to L2, each thread loading every split's maximum, sum and values at once (measured on
-//       an H200: 1,879–1,881 against 1,862–1,864 tok/s at 512 rows of context, 1,867–1,869 against
-//       1,852 at 1,024); past that, the splits' weights come first and their values follow
-//       in batches (a single pass of batches with a running maximum lost there: 1,722 against 1,768
-//       tok/s at 4,096).
+//       combines the splits in a fixed order (deterministic), writes the output and resets the
+//       counter for the next call. Up to kCombineBatch splits a thread the combine is one trip to
+//       L2, each thread loading its splits' maximum, sum and values at once (measured on an H200:
+//       1,879–1,881 against 1,862–1,864 tok/s at 512 rows of context, 1,867–1,869 against 1,852 at
+//       1,024). Past one batch, two or four threads share each (head, 4 dims) where the block has
+//       threads to spare (14/2 heads at head_dim 64: two, so 32 splits, 8,192 rows) and combine
+//       their parts with shuffles: the kernel's many-splits form, which the launcher takes where the
+//       caller's bound on the rows (max_n_kv, else n_ctx) may take that many splits. Measured on an
+//       H200 after 4,096 tokens of context (17 splits): decode 2,075.9–2,077.3 against
+//       2,051.6–2,052.0 tok/s, attention 4.51 µs in the chain against 4.80. The plain form holds
+//       none of its code, so that shorter contexts keep their instruction schedule: with both in
+//       one kernel, decode after 3,000 tokens lost 1.8% (12 splits, the same combine as before).
+//       Past that, the splits' weights come first and their values follow in batches (a single
+//       pass of batches with a running maximum lost there: 1,722 against 1,768 tok/s at 4,096).
 //   Clusters. Where one KV head's n_ctx rows of K and V take at most kClusterMaxBytes (2,304 rows
 //       at head_dim 64) and the GPU is sm_90 or later, the splits of one (KV head, head tile), at
 //       most kClusterMaxSplits, are one thread-block cluster instead (the kernel's clusters
@@ -40,9 +47,9 @@
 //       split (16 of a chunk each after 4,096 tokens: 1,740 against 1,816) and as several clusters
 //       per KV head combining through memory (1,727): a cluster runs on one GPC, which then reads
 //       all of its KV head's rows.
-//   attention_decode_kernel<head_dim, clusters>  head_dim 64 or 128, 16-byte aligned q and caches,
-//       on tensor cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of all its
-//       16-row steps of a chunk (two at head_dim 64, one at 128) into registers before using any:
+//   attention_decode_kernel<head_dim, clusters, many splits>  head_dim 64 or 128, 16-byte aligned q
+//       and caches, on tensor cores (mma m16n8k16, fp32 accumulation). Each warp issues the loads of
+//       all its 16-row steps of a chunk (two at head_dim 64, one at 128) into registers before using any:
 //       eight warps of fewer steps each, rather than four of twice as many, shorten each warp's
 //       chain of dependent steps (measured on an H200: decode 2,044 against 2,029 tok/s after the
 //       "你好" chat prompt, 1,778 against 1,721 at 4,096 rows of context); split 0, which starts at
@@ -118,7 +125,7 @@ constexpr int kDecodeMmaWarps = 8;  // the tensor-core kernel's blocks
 constexpr int kDecodeMmaThreads = 32 * kDecodeMmaWarps;
 constexpr int kDecodeHeads = 8;     // query heads per block: the n = 8 side of the mma tile
 constexpr int kMaxSplits = 64;      // splits per (KV head, head tile): bounds the last block's combine
-constexpr int kCombineBatch = 16;   // split partials the combine loads at once (one trip to L2)
+constexpr int kCombineBatch = 16;   // split partials a thread of the combine loads at once (one trip to L2)
 constexpr int kGenericChunk = 64;   // rows of one split unit of the generic kernel
 // The tensor-core kernel's splits of one (KV head, head tile) form one thread-block cluster where
 // the cache's n_ctx rows of that KV head (K and V) take at most kClusterMaxBytes: one cluster, on
@@ -178,8 +185,8 @@ __device__ __forceinline__ void cluster_leave() {
 // Split length and the number of splits n_kv rows take: one split up to `one` rows, else whole
 // units, as short as possible with at most max_splits splits. The unit is `unit`, or `long_unit`
 // where `unit` would take more than kCombineBatch splits.
-__device__ __forceinline__ void plan_splits(int n_kv, int one, int unit, int long_unit, int max_splits, int& len,
-                                            int& n_used) {
+__host__ __device__ __forceinline__ void plan_splits(int n_kv, int one, int unit, int long_unit, int max_splits,
+                                                     int& len, int& n_used) {
   if (n_kv <= one) {
     len = one;
     n_used = 1;
@@ -252,10 +259,58 @@ __device__ __forceinline__ float4 combine_splits(int n, const Ml& ml, const O& o
   return acc;
 }
 
+// The last split block's combine of its (KV head, head tile) in one trip to L2, for at most
+// kLanes · kCombineBatch splits: each item (head h, dims d .. d+3) is taken by kLanes adjacent
+// threads of one warp, lane j loading the maximum, sum and values of splits j, j + kLanes, ... at
+// once; the lanes then combine their parts with shuffles, in a fixed order (deterministic). One
+// lane is the combine in split order.
+template <int kLanes, int kWarps>
+__device__ __forceinline__ void combine_one_trip(const DecodeArgs& a, int n_used, int h0, int nh) {
+  const int hd = a.head_dim, hd4 = (hd + 3) & ~3, n4 = hd4 / 4;
+  const unsigned group = (0xffffffffu >> (32 - kLanes)) << (threadIdx.x & 31 & ~(kLanes - 1));
+  for (int i = threadIdx.x; i < kLanes * nh * n4; i += 32 * kWarps) {
+    const int item = i / kLanes, j = i % kLanes, h = item / n4, d = 4 * (item - h * n4);
+    const int64_t at = int64_t(h0 + h) * gridDim.x;
+    float4 x[kCombineBatch];
+    float2 ml[kCombineBatch];
+#pragma unroll
+    for (int s = 0; s < kCombineBatch; ++s) {
+      const int split = j + kLanes * s;
+      const bool used = split < n_used;
+      x[s] = used ? __ldcg(reinterpret_cast<const float4*>(a.part_o + (at + split) * hd4 + d))
+                  : make_float4(0.f, 0.f, 0.f, 0.f);
+      ml[s] = used ? __ldcg(reinterpret_cast<const float2*>(a.part_ml + 2 * (at + split)))
+                   : make_float2(-INFINITY, 0.f);
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int s = 0; s < kCombineBatch; ++s) mx = fmaxf(mx, ml[s].x);
+#pragma unroll
+    for (int step = 1; step < kLanes; step <<= 1) mx = fmaxf(mx, __shfl_xor_sync(group, mx, step));
+    float l = 0.f;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int s = 0; s < kCombineBatch; ++s) {
+      const float e = exp2f(ml[s].x - mx);  // 0 past the last split
+      l = fmaf(e, ml[s].y, l);
+      o = fma4(e, x[s], o);
+    }
+#pragma unroll
+    for (int step = 1; step < kLanes; step <<= 1) {
+      l += __shfl_xor_sync(group, l, step);
+      o.x += __shfl_xor_sync(group, o.x, step);
+      o.y += __shfl_xor_sync(group, o.y, step);
+      o.z += __shfl_xor_sync(group, o.z, step);
+      o.w += __shfl_xor_sync(group, o.w, step);
+    }
+    if (j == 0) store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
+  }
+}
+
 // The end of a block, after every warp has filled sh.m, sh.l and sh.o and the block has synchronised:
 // combines the warps (in warp order), then writes the output (one split) or the split's partial; the
-// last split block to arrive for its (KV head, head tile) combines the partials in split order.
-template <int kHd, int kWarps, bool kCluster = false>
+// last split block to arrive for its (KV head, head tile) combines the partials in a fixed order.
+template <int kHd, int kWarps, bool kCluster = false, bool kManySplits = false>
 __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh, int n_used, int h0, int nh) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int split = blockIdx.x, hd = a.head_dim, hd4 = (hd + 3) & ~3, n4 = hd4 / 4;
@@ -303,34 +358,16 @@ __device__ void decode_finish(const DecodeArgs& a, DecodeShared<kHd, kWarps>& sh
   if (!last_block_to_arrive(counter, unsigned(n_used))) return;
   if (tid == 0) *counter = 0u;  // every split has arrived: ready for the next call
 
-  if (n_used <= kCombineBatch) {
-    // One trip to L2: each thread loads every split's maximum, sum and values d .. d+3 together.
-    for (int i = tid; i < nh * n4; i += 32 * kWarps) {
-      const int h = i / n4, d = 4 * (i - h * n4);
-      const int64_t at = int64_t(h0 + h) * gridDim.x;
-      float4 x[kCombineBatch];
-      float2 ml[kCombineBatch];
-#pragma unroll
-      for (int s = 0; s < kCombineBatch; ++s) {
-        const bool used = s < n_used;
-        x[s] = used ? __ldcg(reinterpret_cast<const float4*>(a.part_o + (at + s) * hd4 + d))
-                    : make_float4(0.f, 0.f, 0.f, 0.f);
-        ml[s] = used ? __ldcg(reinterpret_cast<const float2*>(a.part_ml + 2 * (at + s))) : make_float2(-INFINITY, 0.f);
-      }
-      float mx = -INFINITY;
-#pragma unroll
-      for (int s = 0; s < kCombineBatch; ++s) mx = fmaxf(mx, ml[s].x);
-      float l = 0.f;
-      float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-      for (int s = 0; s < kCombineBatch; ++s) {
-        const float e = exp2f(ml[s].x - mx);  // 0 past the last split
-        l = fmaf(e, ml[s].y, l);
-        o = fma4(e, x[s], o);
-      }
-      store_out4(a.out + int64_t(h0 + h) * hd, d, hd, o, 1.0f / l);
-    }
-    return;
+  // Up to kCombineBatch splits a thread, in one trip to L2 (combine_one_trip); past one batch, two or
+  // four threads an item where the block has the threads to spare, in the kernel's many-splits form,
+  // which the launcher takes where the rows may take that many splits (many_splits).
+  if (n_used <= kCombineBatch) return combine_one_trip<1, kWarps>(a, n_used, h0, nh);
+  if constexpr (kManySplits) {
+    const int items = nh * n4;
+    if (n_used <= 2 * kCombineBatch && 2 * items <= 32 * kWarps)
+      return combine_one_trip<2, kWarps>(a, n_used, h0, nh);
+    if (n_used <= 4 * kCombineBatch && 4 * items <= 32 * kWarps)
+      return combine_one_trip<4, kWarps>(a, n_used, h0, nh);
   }
 
   // More splits: first their weights, one warp per head: split s (lane s and s - 32) contributes
@@ -573,7 +610,7 @@ __device__ __forceinline__ void decode_rows(const DecodeArgs& a, DecodeRegs<kHd>
 //       high halves of word j; k = rows 2t, 2t+1, 2t+8, 2t+9); B = P (k = those rows, n = head g):
 //       the transposes of the score fragments as fp16. Lane (g, t) accumulates heads 2t, 2t + 1 at
 //       dims (head_dim / 8)·g + 2j, + 1.
-template <int kHd, bool kCluster>
+template <int kHd, bool kCluster, bool kManySplits = false>
 __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(const DecodeArgs a) {
   constexpr int kChunk = decode_chunk(kHd);
   __shared__ __align__(16) DecodeShared<kHd, kDecodeMmaWarps> sh;
@@ -621,7 +658,7 @@ __global__ void __launch_bounds__(kDecodeMmaThreads) attention_decode_kernel(con
   if (!a.early && split != 0) load_chunk(r, k_head, v_head, r_begin, r_end, warp, g, t);
   decode_rows<kHd>(a, r, qf, k_head, v_head, r_begin, r_end, warp, lane, sh);
   __syncthreads();
-  decode_finish<kHd, kDecodeMmaWarps, kCluster>(a, sh, n_used, h0, nh);
+  decode_finish<kHd, kDecodeMmaWarps, kCluster, kManySplits>(a, sh, n_used, h0, nh);
 }
 
 __global__ void __launch_bounds__(kDecodeThreads) attention_decode_generic_kernel(const DecodeArgs a) {
@@ -1140,6 +1177,19 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
   }
 }
 
+// Whether the non-cluster tensor-core kernel takes its many-splits form (decode_finish): where
+// `rows` (the most the call may attend to) take more splits than one batch of the combine holds and
+// at most what 2 or 4 threads an item hold, with the threads for its `items` (heads times
+// head_dim / 4) in the block.
+bool many_splits(int rows, int one, int unit, int long_unit, int n_splits, int items) {
+  if (rows <= one) return false;
+  int len = 0, n_used = 0;
+  plan_splits(rows, one, unit, long_unit, n_splits, len, n_used);
+  if (n_used <= kCombineBatch) return false;
+  return (n_used <= 2 * kCombineBatch && 2 * items <= kDecodeMmaThreads) ||
+         (n_used <= 4 * kCombineBatch && 4 * items <= kDecodeMmaThreads);
+}
+
 void check_heads(const char* op, int n_head, int n_head_kv, int head_dim, int n_ctx, int max_head_dim) {
   CUDA_REQUIRE(n_head >= 1 && n_head_kv >= 1 && n_head % n_head_kv == 0, op,
                "n_head must be a positive multiple of n_head_kv");
@@ -1208,13 +1258,13 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   a.part_ml = a.part_o + int64_t(d.n_head) * n_splits * hd4;
   a.counters = attn_counters_.as<unsigned>();
   a.early = d.only_newest_row_fresh;
+  const int max_rows = d.max_n_kv > 0 ? std::min(d.max_n_kv, d.n_ctx) : d.n_ctx;  // the caller's bound
   if (d.wo) {
     CUDA_REQUIRE(d.y && d.wo->type() == WeightType::W8 && d.wo->k() == int64_t(d.n_head) * d.head_dim, op,
                  "the output projection needs y and W8 weights of k = n_head * head_dim");
     // Fused where the heads fit at most kProjGroups groups of 8 warps (14/2 heads: two) and the
     // caller's bound on the rows gives each block at most one chunk, the rows split over up to
     // kProjMaxCluster / groups blocks per group (14/2 heads: up to 1,024 rows at head_dim 64).
-    const int max_rows = d.max_n_kv > 0 ? std::min(d.max_n_kv, d.n_ctx) : d.n_ctx;
     const int groups = d.n_head_kv * head_tiles;
     const int chunk = decode_chunk(d.head_dim);
     int splits = 1;
@@ -1257,8 +1307,12 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
                         unsigned(n_splits)) >= int(grid.y * grid.z)) {
       launch_clusters(in_clusters, grid, dim3(kDecodeMmaThreads), smem, unsigned(n_splits), a);
     } else {
-      launch(d.head_dim == 64 ? attention_decode_kernel<64, false> : attention_decode_kernel<128, false>, grid,
-             dim3(kDecodeMmaThreads), 0, a);
+      const int items = std::min(group, kDecodeHeads) * int(hd4 / 4);
+      const bool many = many_splits(max_rows, one, unit, decode_chunk(d.head_dim), n_splits, items);
+      const auto kernel = d.head_dim == 64
+                              ? (many ? attention_decode_kernel<64, false, true> : attention_decode_kernel<64, false>)
+                              : (many ? attention_decode_kernel<128, false, true> : attention_decode_kernel<128, false>);
+      launch(kernel, grid, dim3(kDecodeMmaThreads), 0, a);
     }
   }
   if (d.wo) matmul_m1(output_projection(d));  // the projection as its own kernel

@@ -353,6 +353,23 @@ TEST_P(AttentionTest, DecodeLongContext) {
   check_decode(rng, kHeads[0], 16448, {16385, 16448, 300}, 2.0f);
 }
 
+// Contexts past one cluster whose rows may take more splits than one batch of the CUDA backend's
+// combine holds (16), where 2 or 4 threads share each (head, 4 dims) of it: 14/2 heads of up to 4,352
+// and 8,192 rows (17 and 32 splits on an H200, two threads), 8,448 (33: batches), 9/3 of 11,264 (44:
+// four threads), the head tiles of 40/2 (8 and 4 heads, 22 splits), and at each, fewer rows (one
+// batch or one split). Large scores, and the newest row appended by the op before, as after the
+// benchmark's 4,096 tokens of context.
+TEST_P(AttentionTest, DecodeManySplits) {
+  Rng rng(913);
+  check_decode(rng, kHeads[0], 4352, {4097, 4352, 4224, 2049, 300, 17}, 2.0f);
+  check_decode(rng, kHeads[0], 8192, {8192, 6000, 4097}, 2.0f);
+  check_decode(rng, kHeads[0], 8448, {8193, 8448, 4097}, 2.0f);
+  check_decode(rng, kHeads[1], 11264, {11264, 9000, 5000, 4200, 1000}, 2.0f);
+  check_decode(rng, kHeads[5], 5632, {5632, 4500, 700}, 2.0f);
+  check_decode(rng, kHeads[0], 4352, {4097, 4224}, 100.0f);
+  check_decode_appended(rng, kHeads[0], 4352, {4097, 4098, 4224});
+}
+
 // Layouts the CUDA backend leaves to its generic kernel: head_dims other than 64 and 128 (down to 2
 // and up to 256, one not a multiple of 4), and q and caches that are not 16-byte aligned.
 TEST_P(AttentionTest, DecodeOtherLayouts) {
