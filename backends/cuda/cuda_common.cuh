@@ -123,14 +123,6 @@ __device__ __forceinline__ void allow_dependent_launch() {
 #endif
 }
 
-// A value another grid may be writing, read without ordering (ld.relaxed.gpu): for a guess made
-// before grid_dependency_wait(), checked against a plain read after it.
-__device__ __forceinline__ int32_t load_relaxed(const int32_t* p) {
-  int32_t v;
-  asm volatile("ld.relaxed.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(p));
-  return v;
-}
-
 // Block-wide, in every thread, after the block's writes that the last block reads: counts the block
 // in *counter and says whether it is the total-th to arrive (the last block resets the counter for
 // the next launch itself). One thread adds with a device-scope acquire-release atomic after the

@@ -31,30 +31,20 @@ inline RopeAppendArgs rope_append_args(const QkvRopeAppendDesc& r) {
   return a;
 }
 
-// The sine and cosine of the angle pos · freq (fp64, as in the rope kernel) of one rotation pair.
-struct RopeAngle {
-  int pos;
-  double sn, cs;
-};
-
-__device__ __forceinline__ RopeAngle rope_angle(double freq, int pos) {
-  RopeAngle t;
-  t.pos = pos;
-  sincos(double(pos) * freq, &t.sn, &t.cs);
-  return t;
-}
-
 // Whether head `head` of a packed qkv row is a q or k head, which rope turns (v heads pass through).
 __device__ __forceinline__ bool rope_turns(const RopeAppendArgs& r, int head) { return head < r.n_head + r.n_head_kv; }
 
-// Finishes rotation pair (d0, d1) of head `head` of the qkv row y_row at position t.pos: q and k
-// heads are turned by the angle t (rope_angle; unused for v heads); y gets both values, and k and v
-// heads go to their cache row as fp16.
+// Finishes rotation pair (d0, d1) of head `head` of the qkv row y_row at position pos: q and k
+// heads are turned by the angle pos · freq (fp64, as in the rope kernel), v heads pass through; y
+// gets both values, and k and v heads go to their cache row as fp16.
 __device__ __forceinline__ void rope_append_pair(const RopeAppendArgs& r, float* y_row, int head, int d0, int d1,
-                                                 float v0, float v1, const RopeAngle& t) {
+                                                 float v0, float v1, double freq, int pos) {
   const int64_t at = int64_t(head) * r.head_dim;
-  const int pos = t.pos;
-  if (rope_turns(r, head)) rope_turn(v0, v1, t.cs, t.sn, v0, v1);
+  if (rope_turns(r, head)) {
+    double sn, cs;
+    sincos(double(pos) * freq, &sn, &cs);
+    rope_turn(v0, v1, cs, sn, v0, v1);
+  }
   y_row[at + d0] = v0;
   y_row[at + d1] = v1;
   if (head < r.n_head || pos < 0 || pos >= r.n_ctx) return;

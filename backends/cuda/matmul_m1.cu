@@ -42,14 +42,10 @@
 //                    projection's epilogue applies rope and appends k and v to the caches: the block's
 //                    8 warps take the 4 rotation pairs' rows (j and j + head_dim/2, or 2j and 2j + 1),
 //                    so a pair is finished inside one block, with the angle in fp64 as in the rope
-//                    kernel. Its sine and cosine are computed before the dependency wait, at the
-//                    position read then, and used if the position read after the wait is the same
-//                    (else computed again): on an H200, decode 2,051.0-2,052.8 against
-//                    2,041.6-2,042.3 tok/s after 4,096 tokens of context, 2,492.8-2,495.6 against
-//                    2,493.8-2,496.0 after the chat prompt (interleaved). Computed before the
-//                    weights are requested, they shortened this kernel in the chain (2.75 against
-//                    2.82 µs) but the fused attention kernel after it took longer (4.32 against
-//                    4.22), and decode after the chat prompt lost 0.15%.
+//                    kernel, computed after the dependency wait. Computed before it, at the position
+//                    read then, the angle gained 0.25% after 4,096 tokens of context but lost 3%
+//                    after 2,048, where attention runs in clusters of 16 blocks (2,148.7-2,150.3
+//                    against 2,214.5-2,215.1 tok/s on an H200, interleaved; the 2026-12-03 report).
 //   fp16_matmul_m1   F16 weights (the lm_head: n = 151936, k = 896): the same kernel with 8 fp16
 //                    weights per 16-byte vector, and an argmax epilogue for greedy decoding (each
 //                    warp keeps the best of its rows; argmax_commit in argmax.cuh combines them).
@@ -400,22 +396,13 @@ __device__ __forceinline__ int rope_row(const GemvArgs& a, int pair, int second)
 }
 
 // The block's rotation pairs, one per thread 0..3: rotates q and k pairs (v heads pass through),
-// writes y and appends the k and v values to the caches at *pos. `vals` holds each warp's row value;
-// `early` holds each pair's frequency and its angle at the position read before the dependency
-// wait, used if that was *pos (see gemv); else the angle is computed here.
-struct RopeEarly {
-  double freq;
-  RopeAngle angle;
-};
-
-__device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* vals, int pos, const RopeEarly* early) {
+// writes y and appends the k and v values to the caches at *pos. `vals` holds each warp's row value.
+__device__ __forceinline__ void gemv_rope_write(const GemvArgs& a, const float* vals, double freq, int pos) {
   const int t = threadIdx.x, pair = int(blockIdx.x) * kRopePairs + t;
   if (t >= kRopePairs || pair >= a.rows / 2) return;
   const int row0 = rope_row(a, pair, 0), row1 = rope_row(a, pair, 1);
   const int head = row0 / a.rope.head_dim, at = head * a.rope.head_dim;
-  const RopeEarly e = early[t];
-  rope_append_pair(a.rope, a.y, head, row0 - at, row1 - at, vals[t], vals[t + kRopePairs],
-                   e.angle.pos == pos ? e.angle : rope_angle(e.freq, pos));
+  rope_append_pair(a.rope, a.y, head, row0 - at, row1 - at, vals[t], vals[t + kRopePairs], freq, pos);
 }
 
 // ffn_down's kernel (the plain W8 GEMV of batch 4: k = 4864, 4 warps a row, 16-warp blocks) is
@@ -447,7 +434,6 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
   __shared__ float partial[kGemvMaxWarps][kRows];
   __shared__ float rope_vals[kGemvRopeWarps];
-  __shared__ RopeEarly rope_early[kRopePairs];  // in shared memory: no registers held across the kernel
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int rows_per_block = int(blockDim.x >> 5) / a.slices * (kTwoPairs ? 2 : 1);
   const int slice = warp % a.slices;
@@ -465,21 +451,17 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
 
   GemvBatch<kRows, kBatch> w;
   gemv_load<kW8>(a, row, 0, first, step, w);  // weights: safe before the dependency wait
+  double freq = 0.0;
+  if (kRope && threadIdx.x < kRopePairs) {
+    const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
+    const int half = a.rope.head_dim >> 1;
+    freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta);
+  }
   const bool writer = slice == 0 && lane == 0;
   GemvEpilogueInputs<kRows> epi;
   gemv_epilogue_bias<kRows>(a, row, writer, epi);
   NormWeights nw;
   load_norm_weights<kNorm>(a, nw);
-  if (kRope && threadIdx.x < kRopePairs) {
-    // The rope angle's sine and cosine take a few hundred cycles of fp64, so they are computed
-    // here, once the weights are requested, at the position read before the wait. In a decode
-    // step the position was advanced by the step before's argmax, whose kernel has ended by now
-    // (the embedding kernel before the first layer waits for it before this kernel can launch);
-    // the epilogue uses the angle only if the position read after the wait is the same.
-    const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
-    const double freq = rope_frequency(pair % (a.rope.head_dim >> 1), a.rope.head_dim, a.rope.theta);
-    rope_early[threadIdx.x] = RopeEarly{freq, rope_angle(freq, load_relaxed(a.rope.pos))};
-  }
   grid_dependency_wait();
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
@@ -512,7 +494,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     if constexpr (kRope) {
       if (writer) rope_vals[warp] = row < a.rows ? v[0] + epi.bias[0] : 0.f;
       __syncthreads();
-      gemv_rope_write(a, rope_vals, pos, rope_early);
+      gemv_rope_write(a, rope_vals, freq, pos);
     } else if (writer) {
       gemv_write<kRows>(a, row, v, epi, best);
     }

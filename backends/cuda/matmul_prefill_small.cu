@@ -512,8 +512,7 @@ __device__ void small_rope_write(const SmallArgs& a, const float (&acc)[kNT][4],
   const int head = q.c0 / r.head_dim, at = head * r.head_dim;
   for (int row = int(threadIdx.x) / pairs; row < a.m; row += int(blockDim.x) / pairs) {
     rope_append_pair(r, a.y + int64_t(row) * a.n, head, q.c0 - at, q.c1 - at, vals[(q.t0 * kRows + row) * 16 + q.l0],
-                     vals[(q.t1 * kRows + row) * 16 + q.l1],
-                     rope_turns(r, head) ? rope_angle(freq, pos[row]) : RopeAngle{pos[row], 0.0, 1.0});
+                     vals[(q.t1 * kRows + row) * 16 + q.l1], freq, pos[row]);
   }
 }
 

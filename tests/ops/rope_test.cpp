@@ -273,8 +273,8 @@ TEST_P(MatmulRopeEpilogueTest, SameAsOpSequence) {
 }
 
 // The position advanced by the op just before the projection, as a decode step's argmax advances
-// it for the next step: the CUDA decode kernel computes its rope angle at the position it reads
-// before the dependency wait, which here is mostly the old one, and must then use the new one.
+// it for the next step: a decode kernel that starts before that op ends (programmatic dependent
+// launch) must read the position only after its dependency wait.
 TEST_P(MatmulRopeEpilogueTest, PositionAdvancedByThePreviousOp) {
   Rng rng(815);
   for (int32_t p : {1, 37, 63}) check(rng, WeightType::W8, 14, 2, 64, 896, {p}, RopeMode::Neox, int64_t(1) << 22);
