@@ -14,6 +14,18 @@ namespace tllm {
 
 std::string default_backend_name() { return backend_available("cuda") ? "cuda" : "cpu"; }
 
+std::string device_summary(const DeviceInfo& dev, bool gpu) {
+  std::string s = dev.name + " | driver " + (dev.driver.empty() ? "-" : dev.driver) + " | " +
+                  (dev.runtime.empty() ? "-" : dev.runtime);
+  if (gpu) s += " | " + std::to_string(dev.multiprocessors) + " SMs";
+  char bw[64];
+  if (dev.peak_bandwidth_gbs > 0)
+    std::snprintf(bw, sizeof(bw), " | nominal %.0f GB/s", dev.peak_bandwidth_gbs);
+  else
+    std::snprintf(bw, sizeof(bw), " | nominal bandwidth -");
+  return s + bw;
+}
+
 Progress::Progress(std::string label, bool quiet)
     : label_(std::move(label)), quiet_(quiet), tty_(isatty(STDERR_FILENO) != 0) {}
 

@@ -19,6 +19,11 @@ namespace tllm {
 
 const char* build_commit();  // generated at build time (cmake/BuildInfo.cmake)
 
+// The device line of a benchmark's header: name | driver | runtime | [multiprocessors |] nominal
+// bandwidth, with "-" for what the backend does not know. The CPU backend's name carries its thread
+// count, so `multiprocessors` is printed as SMs only for a GPU backend.
+std::string device_summary(const DeviceInfo& dev, bool gpu);
+
 // An error a user caused (bad option, unusable file); main prints its message on one line, exit 1.
 class AppError : public std::runtime_error {
  public:

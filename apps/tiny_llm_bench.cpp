@@ -259,9 +259,7 @@ int bench_main(int argc, char** argv) {
   }
 
   std::printf("tiny_llm_bench  commit %s\n", build_commit());
-  std::printf("device   %s | driver %s | %s | %d SMs | nominal %.0f GB/s\n", dev.name.c_str(),
-              dev.driver.empty() ? "-" : dev.driver.c_str(), dev.runtime.c_str(), dev.multiprocessors,
-              dev.peak_bandwidth_gbs);
+  std::printf("device   %s\n", device_summary(dev, lm.backend->name() != "cpu").c_str());
   std::printf("backend  %s%s\n", lm.backend->name().c_str(),
               lm.backend->supports(Op::StepCapture) ? (o.no_graphs ? " (graphs off)" : " (CUDA graphs)") : "");
   std::printf("model    %s (%s, %d layers)\n", o.model.c_str(), model.config().arch.c_str(), model.config().n_layer);

@@ -394,8 +394,7 @@ int kernel_bench_main(int argc, char** argv) {
     return 0;
   }
   std::printf("tiny_llm_kernel_bench  commit %s\n", build_commit());
-  std::printf("device  %s | driver %s | %s | nominal %.0f GB/s\n", dev.name.c_str(), dev.driver.empty() ? "-" : dev.driver.c_str(),
-              dev.runtime.c_str(), peak);
+  std::printf("device  %s\n", device_summary(dev, be->name() != "cpu").c_str());
   std::printf("shapes  %s; %d warm-up + %d timed runs per case; weights cycled over >= %d MB; time: %s\n\n",
               s.source.c_str(), warmup, reps, flush_mb,
               be->trace_begin() ? (be->trace_end(), "device kernel time (CUPTI)") : "host wall time");
