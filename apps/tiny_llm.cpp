@@ -43,7 +43,7 @@ CLI::Validator seed_validator() {
 }
 
 void add_model_options(CLI::App* app, RunOptions& o) {
-  app->add_option("-m,--model", o.req.path, "GGUF model file")->required();
+  app->add_option("-m,--model,model", o.req.path, "GGUF model file")->required();
   app->add_option("--backend", o.req.backend, "compute backend: auto (cuda when a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app->add_option("--ctx", o.req.n_ctx, "context size in tokens (KV cache rows)")->check(CLI::Range(1, 1 << 20));

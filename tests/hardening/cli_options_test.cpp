@@ -5,10 +5,18 @@
 // stderr, as --help documents).
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
+
 #include "hardening/hardening_util.h"
 
 namespace tllm::test {
 namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
 
 struct BadCommand {
   std::vector<std::string> argv;
@@ -101,6 +109,8 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {{t, "chat", "-m", m, "-n", "0"}, {"--max-tokens"}},
       {{t, "chat", "-m", m, "--ctx", "0"}, {"--ctx"}},
       {{t, "chat", "-m", m, "--backend", "tpu"}, {"--backend"}},
+      {{t, "generate", "-m", m, m, "-p", "hi"}, {"not expected", m}},
+      {{t, "generate", "-p", "hi"}, {"--model is required"}},
       {{t, "inspect"}, {"--model is required"}},
       {{t, "inspect", dir.file("absent.gguf")}, {dir.file("absent.gguf"), "cannot open"}},
       {{t, "tokenize", "-m", m}, {"give a TEXT or --file"}},
@@ -127,6 +137,43 @@ TEST(CliOptions, MaxTokensPastTheContextStopsAtTheFullContext) {
   expect_success(r);
   EXPECT_EQ(r.err, "tiny_llm: the context of 8 tokens is full; generation stopped\n") << r.describe();
   EXPECT_LE(r.out.size(), 8u) << r.describe();
+}
+
+TEST(CliOptions, ModelIsAnOptionOrTheFirstPositional) {
+  // generate, chat and logits take the model as -m FILE or as a bare FILE, like inspect and the
+  // benchmarks; the two forms give the same output (greedy decoding, one file).
+  const std::string t = tiny_llm_path();
+  const std::string m = base_model_path();
+  ScratchDir dir;
+  RunLimits chat_input;
+  chat_input.stdin_text = "hello\n/exit\n";
+  const std::vector<std::string> common = {"--backend", "cpu", "-q", "-n", "6"};
+  for (const std::string sub : {"generate", "chat", "logits"}) {
+    std::vector<std::string> extra = common;
+    if (sub == "generate") extra.insert(extra.end(), {"-p", "hello"});
+    if (sub == "logits") extra = {"--backend", "cpu", "-q", "--tokens", "1 2 3"};
+    std::vector<std::string> with_option = {t, sub, "-m", m};
+    std::vector<std::string> positional = {t, sub, m};
+    with_option.insert(with_option.end(), extra.begin(), extra.end());
+    positional.insert(positional.end(), extra.begin(), extra.end());
+    if (sub == "logits") {
+      with_option.insert(with_option.end(), {"-o", dir.file("a.bin")});
+      positional.insert(positional.end(), {"-o", dir.file("b.bin")});
+    }
+    const RunLimits limits = sub == "chat" ? chat_input : RunLimits{};
+    const RunResult a = run(with_option, limits);
+    const RunResult b = run(positional, limits);
+    expect_success(a);
+    expect_success(b);
+    if (sub == "logits") {
+      const std::string x = slurp(dir.file("a.bin")), y = slurp(dir.file("b.bin"));
+      EXPECT_EQ(x.size(), 3u * 272 * sizeof(float));
+      EXPECT_EQ(x, y);
+    } else {
+      EXPECT_FALSE(a.out.empty()) << a.describe();
+      EXPECT_EQ(a.out, b.out) << sub;
+    }
+  }
 }
 
 TEST(CliOptions, ChatSkipsAMessageLongerThanTheContext) {
