@@ -1,13 +1,16 @@
 // tiny_llm_kernel_bench: every backend op at the shapes one decode step (and one prefill chunk) of a
-// model uses, timed in isolation. Prints a table or CSV: name, shape, grid, block, µs, bytes moved,
-// GB/s and the fraction of the device's peak bandwidth.
+// model uses, timed in isolation. Prints a table, CSV or JSON (--json adds the commit, the device and
+// the settings): name, shape, grid, block, µs, bytes moved, GB/s and the fraction of the device's
+// nominal bandwidth.
 //
-// Method: each case runs `--warmup` times, then `--reps` times. Where the backend can trace device
-// activity (CUDA, through CUPTI) the time is the kernels' own device time, and grid/block come from
-// the trace; elsewhere it is host wall time around the repetitions with a synchronize. Weight
+// Method: each case runs `--warmup` times, then `--reps` times. Where the backend traces its work the
+// time is the trace's: on CUDA (CUPTI) the kernels' own device time, with grid/block; on the CPU the
+// backend's op records, which have no launch geometry. A backend without a trace gets host wall time
+// around the repetitions with a synchronize. Weight
 // matrices are cycled through enough copies to exceed the last-level cache (`--flush-mb`), so every
 // repetition streams its weights from memory as a real decode step does.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -114,7 +117,7 @@ class Bench {
       for (const TraceRecord& t : recs) {
         if (t.kind != TraceRecord::Kind::Kernel) continue;
         kernel_ns += double(t.end_ns - t.start_ns);
-        if (seen[t.name]++ == 0) {
+        if (seen[t.name]++ == 0 && t.grid[0] > 0) {  // the CPU backend's ops have no launch geometry
           const std::string g = std::to_string(t.grid[0]) + "x" + std::to_string(t.grid[1]) + "x" + std::to_string(t.grid[2]);
           const std::string b = std::to_string(t.block[0]) + "x" + std::to_string(t.block[1]) + "x" + std::to_string(t.block[2]);
           r.grid += (r.grid.empty() ? "" : "+") + g;
@@ -344,10 +347,16 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
   }
 }
 
+std::string one_number(const char* fmt, double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, fmt, v);
+  return buf;
+}
+
 int kernel_bench_main(int argc, char** argv) {
   std::string model, backend = "auto";
   int warmup = 10, reps = 100, prefill_m = 512, flush_mb = 256;
-  bool csv = false;
+  bool csv = false, json = false;
   std::vector<int> contexts = {128, 1024, 4096};
   CLI::App app{"tiny_llm_kernel_bench: every op at a model's decode shapes: µs, bytes moved, GB/s, fraction of peak",
                "tiny_llm_kernel_bench"};
@@ -359,7 +368,8 @@ int kernel_bench_main(int argc, char** argv) {
   app.add_option("--contexts", contexts, "KV lengths for attention_decode")->check(CLI::Range(1, 1 << 20));
   app.add_option("--flush-mb", flush_mb, "cycle weights through at least this many MB (defeats the L2)")
       ->check(CLI::Range(0, 1 << 16));
-  app.add_flag("--csv", csv, "CSV output");
+  CLI::Option* csv_flag = app.add_flag("--csv", csv, "CSV output (results only)");
+  app.add_flag("--json", json, "JSON output on stdout: commit, device, settings and results")->excludes(csv_flag);
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
   Shapes s;
@@ -384,25 +394,51 @@ int kernel_bench_main(int argc, char** argv) {
   bench_all(b, s, prefill_m, contexts);
 
   const double peak = dev.peak_bandwidth_gbs;
+  const bool gpu = be->name() != "cpu";
+  const bool traced = be->trace_begin();
+  if (traced) be->trace_end();
+  const char* timing = !traced ? "host wall time" : gpu ? "device kernel time (CUPTI)" : "op time (the CPU backend's trace)";
+  if (json) {
+    nlohmann::json j;
+    j["commit"] = build_commit();
+    j["device"] = {{"name", dev.name}, {"driver", dev.driver}, {"runtime", dev.runtime},
+                   {"peak_bandwidth_gbs", peak}, {"multiprocessors", dev.multiprocessors}};
+    j["backend"] = be->name();
+    j["shapes"] = s.source;
+    j["warmup"] = warmup;
+    j["reps"] = reps;
+    j["flush_mb"] = flush_mb;
+    j["timing"] = timing;
+    j["results"] = nlohmann::json::array();
+    for (const Result& r : b.results()) {
+      const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
+      j["results"].push_back({{"name", r.name}, {"shape", r.shape}, {"grid", r.grid}, {"block", r.block}, {"us", r.us},
+                              {"bytes", r.bytes}, {"gb_s", gbs}, {"fraction_of_peak", peak > 0 ? nlohmann::json(gbs / peak) : nlohmann::json()}});
+    }
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   if (csv) {
     std::printf("name,shape,grid,block,us,bytes,gb_s,fraction_of_peak\n");
     for (const Result& r : b.results()) {
       const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
-      std::printf("%s,%s,%s,%s,%.3f,%.0f,%.1f,%.3f\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(), r.block.c_str(),
-                  r.us, r.bytes, gbs, peak > 0 ? gbs / peak : 0.0);
+      // No nominal bandwidth (the CPU states none): the fraction's field stays empty.
+      const std::string fraction = peak > 0 ? one_number("%.3f", gbs / peak) : "";
+      std::printf("%s,%s,%s,%s,%.3f,%.0f,%.1f,%s\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(), r.block.c_str(),
+                  r.us, r.bytes, gbs, fraction.c_str());
     }
     return 0;
   }
   std::printf("tiny_llm_kernel_bench  commit %s\n", build_commit());
-  std::printf("device  %s\n", device_summary(dev, be->name() != "cpu").c_str());
+  std::printf("device  %s\n", device_summary(dev, gpu).c_str());
   std::printf("shapes  %s; %d warm-up + %d timed runs per case; weights cycled over >= %d MB; time: %s\n\n",
-              s.source.c_str(), warmup, reps, flush_mb,
-              be->trace_begin() ? (be->trace_end(), "device kernel time (CUPTI)") : "host wall time");
+              s.source.c_str(), warmup, reps, flush_mb, timing);
   std::printf("%-35s %-26s %-16s %-12s %10s %12s %9s %7s\n", "op", "shape", "grid", "block", "us", "bytes", "GB/s", "peak");
   for (const Result& r : b.results()) {
     const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
-    std::printf("%-35s %-26s %-16s %-12s %10.2f %12.0f %9.1f %6.1f%%\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(),
-                r.block.c_str(), r.us, r.bytes, gbs, peak > 0 ? 100 * gbs / peak : 0.0);
+    const std::string percent = peak > 0 ? one_number("%.1f%%", 100 * gbs / peak) : "-";
+    std::printf("%-35s %-26s %-16s %-12s %10.2f %12.0f %9.1f %7s\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(),
+                r.block.c_str(), r.us, r.bytes, gbs, percent.c_str());
   }
   return 0;
 }

@@ -5,8 +5,11 @@
 // stderr, as --help documents).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include "hardening/hardening_util.h"
 
@@ -226,6 +229,7 @@ TEST(CliOptions, BenchmarksRejectBadValues) {
       {{k, "--flush-mb", "-1"}, {"--flush-mb"}},
       {{k, "--backend", "tpu"}, {"--backend", "tpu"}},
       {{k, dir.file("absent.gguf")}, {dir.file("absent.gguf"), "cannot open"}},
+      {{k, "--json", "--csv"}, {"--csv excludes --json"}},
   });
 }
 
@@ -235,6 +239,49 @@ TEST(CliOptions, KernelBenchRunsAtSmallShapes) {
                            "--warmup", "0", "--flush-mb", "0", "--contexts", "16", "--prefill", "2", "--csv"});
   expect_success(r);
   EXPECT_NE(r.out.find("kv_append,"), std::string::npos) << r.describe();
+}
+
+TEST(CliOptions, KernelBenchOutputsAgreeAndSayWhatTheyMeasured) {
+  // The table, the CSV and the JSON list the same cases; the JSON names the commit, the device and
+  // the settings. On the CPU backend the time is the op trace's, ops have no grid or block, and the
+  // CPU states no nominal bandwidth, so no fraction of it is printed.
+  const std::vector<std::string> base = {tiny_llm_kernel_bench_path(), base_model_path(), "--backend", "cpu",
+                                         "--reps", "2", "--warmup", "0", "--flush-mb", "0", "--contexts", "16",
+                                         "--prefill", "4"};
+  std::vector<std::string> csv = base, json = base;
+  csv.push_back("--csv");
+  json.push_back("--json");
+  const std::vector<RunResult> r = run_all({base, csv, json});
+  for (const RunResult& x : r) expect_success(x);
+
+  const nlohmann::json j = nlohmann::json::parse(r[2].out);
+  EXPECT_EQ(j.at("backend"), "cpu");
+  EXPECT_FALSE(j.at("commit").get<std::string>().empty());
+  EXPECT_FALSE(j.at("device").at("name").get<std::string>().empty());
+  EXPECT_EQ(j.at("reps"), 2);
+  EXPECT_EQ(j.at("timing"), "op time (the CPU backend's trace)");
+  std::vector<std::string> csv_names;
+  std::istringstream lines(r[1].out);
+  std::string line;
+  std::getline(lines, line);
+  EXPECT_EQ(line, "name,shape,grid,block,us,bytes,gb_s,fraction_of_peak");
+  while (std::getline(lines, line)) {
+    csv_names.push_back(line.substr(0, line.find(',')));
+    EXPECT_EQ(line.back(), ',') << line;  // no fraction of an unknown peak
+  }
+  ASSERT_EQ(j.at("results").size(), csv_names.size());
+  ASSERT_GT(csv_names.size(), 10u);
+  for (size_t i = 0; i < csv_names.size(); ++i) {
+    const nlohmann::json& c = j.at("results")[i];
+    EXPECT_EQ(c.at("name"), csv_names[i]);
+    EXPECT_GT(c.at("us").get<double>(), 0.0);
+    EXPECT_EQ(c.at("grid"), "-");
+    EXPECT_TRUE(c.at("fraction_of_peak").is_null());
+    EXPECT_NE(r[0].out.find(csv_names[i]), std::string::npos) << csv_names[i];
+  }
+  EXPECT_NE(r[0].out.find("time: op time (the CPU backend's trace)"), std::string::npos) << r[0].describe();
+  EXPECT_EQ(r[0].out.find("0x0x0"), std::string::npos) << r[0].describe();
+  EXPECT_EQ(r[0].out.find("0.0%"), std::string::npos) << r[0].describe();
 }
 
 }  // namespace
