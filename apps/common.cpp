@@ -26,6 +26,15 @@ std::string device_summary(const DeviceInfo& dev, bool gpu) {
   return s + bw;
 }
 
+nlohmann::json device_json(const DeviceInfo& dev, bool gpu) {
+  auto known = [](auto v, bool is_known) { return is_known ? nlohmann::json(v) : nlohmann::json(); };
+  return {{"name", dev.name},
+          {"driver", known(dev.driver, !dev.driver.empty())},
+          {"runtime", known(dev.runtime, !dev.runtime.empty())},
+          {"multiprocessors", known(dev.multiprocessors, gpu)},
+          {"peak_bandwidth_gbs", known(dev.peak_bandwidth_gbs, dev.peak_bandwidth_gbs > 0)}};
+}
+
 Progress::Progress(std::string label, bool quiet)
     : label_(std::move(label)), quiet_(quiet), tty_(isatty(STDERR_FILENO) != 0) {}
 

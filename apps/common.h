@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 
@@ -23,6 +24,10 @@ const char* build_commit();  // generated at build time (cmake/BuildInfo.cmake)
 // bandwidth, with "-" for what the backend does not know. The CPU backend's name carries its thread
 // count, so `multiprocessors` is printed as SMs only for a GPU backend.
 std::string device_summary(const DeviceInfo& dev, bool gpu);
+
+// The same facts for --json: name, driver, runtime, multiprocessors, peak_bandwidth_gbs, with null
+// where device_summary prints "-" or leaves the field out.
+nlohmann::json device_json(const DeviceInfo& dev, bool gpu);
 
 // An error a user caused (bad option, unusable file); main prints its message on one line, exit 1.
 class AppError : public std::runtime_error {

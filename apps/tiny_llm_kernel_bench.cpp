@@ -401,8 +401,7 @@ int kernel_bench_main(int argc, char** argv) {
   if (json) {
     nlohmann::json j;
     j["commit"] = build_commit();
-    j["device"] = {{"name", dev.name}, {"driver", dev.driver}, {"runtime", dev.runtime},
-                   {"peak_bandwidth_gbs", peak}, {"multiprocessors", dev.multiprocessors}};
+    j["device"] = device_json(dev, gpu);
     j["backend"] = be->name();
     j["shapes"] = s.source;
     j["warmup"] = warmup;

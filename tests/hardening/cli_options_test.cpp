@@ -260,6 +260,7 @@ TEST(CliOptions, KernelBenchOutputsAgreeAndSayWhatTheyMeasured) {
   EXPECT_FALSE(j.at("device").at("name").get<std::string>().empty());
   EXPECT_EQ(j.at("reps"), 2);
   EXPECT_EQ(j.at("timing"), "op time (the CPU backend's trace)");
+  EXPECT_TRUE(j.at("device").at("peak_bandwidth_gbs").is_null());
   std::vector<std::string> csv_names;
   std::istringstream lines(r[1].out);
   std::string line;
@@ -282,6 +283,28 @@ TEST(CliOptions, KernelBenchOutputsAgreeAndSayWhatTheyMeasured) {
   EXPECT_NE(r[0].out.find("time: op time (the CPU backend's trace)"), std::string::npos) << r[0].describe();
   EXPECT_EQ(r[0].out.find("0x0x0"), std::string::npos) << r[0].describe();
   EXPECT_EQ(r[0].out.find("0.0%"), std::string::npos) << r[0].describe();
+}
+
+TEST(CliOptions, BenchJsonSaysNullForWhatWasNotMeasured) {
+  // On the CPU backend with --bandwidth-mb 0: no nominal or measured bandwidth and no kernels, so
+  // those fields and the fractions of them are null, not 0; what was measured is a number.
+  const std::vector<std::string> common = {tiny_llm_bench_path(), base_model_path(), "--backend", "cpu",
+                                           "--max-tokens", "3", "--warmup", "0", "--iters", "1", "-q", "--json"};
+  std::vector<std::string> unmeasured = common, measured = common;
+  unmeasured.insert(unmeasured.end(), {"--bandwidth-mb", "0"});
+  measured.insert(measured.end(), {"--bandwidth-mb", "16"});
+  const std::vector<RunResult> r = run_all({unmeasured, measured});
+  for (const RunResult& x : r) expect_success(x);
+  const nlohmann::json a = nlohmann::json::parse(r[0].out), b = nlohmann::json::parse(r[1].out);
+  for (const char* k : {"peak_bandwidth_gbs", "measured_read_gbs", "measured_read_mib", "driver", "multiprocessors"})
+    EXPECT_TRUE(a.at("device").at(k).is_null()) << k;
+  for (const char* k : {"kernels_per_decode_step", "decode_bandwidth_fraction", "decode_measured_bandwidth_fraction"})
+    EXPECT_TRUE(a.at(k).is_null()) << k;
+  EXPECT_GT(a.at("decode_gb_s").get<double>(), 0.0);
+  EXPECT_GT(a.at("decode_tok_s").at("median").get<double>(), 0.0);
+  EXPECT_GT(b.at("device").at("measured_read_gbs").get<double>(), 0.0);
+  EXPECT_EQ(b.at("device").at("measured_read_mib"), 16);
+  EXPECT_GT(b.at("decode_measured_bandwidth_fraction").get<double>(), 0.0);
 }
 
 }  // namespace
