@@ -6,31 +6,37 @@
 namespace tllm {
 namespace {
 
-TEST(DeviceSummary, GpuLineNamesEveryField) {
+DeviceInfo h200() {
   DeviceInfo d;
   d.name = "NVIDIA H200";
   d.driver = "580.159.04";
   d.runtime = "CUDA runtime 13.0";
   d.peak_bandwidth_gbs = 4814.4;
   d.multiprocessors = 132;
-  EXPECT_EQ(device_summary(d, true), "NVIDIA H200 | driver 580.159.04 | CUDA runtime 13.0 | 132 SMs | nominal 4814 GB/s");
+  return d;
 }
 
-TEST(DeviceSummary, CpuLineHasNoSmsAndMarksWhatIsUnknown) {
+// The CPU backend states no driver and no nominal bandwidth; its multiprocessors are threads.
+DeviceInfo two_thread_cpu() {
   DeviceInfo d;
   d.name = "AMD EPYC (2 threads)";
   d.runtime = "OpenBLAS 0.3.21";
   d.multiprocessors = 2;
+  return d;
+}
+
+TEST(DeviceSummary, GpuLineNamesEveryField) {
+  const DeviceInfo d = h200();
+  EXPECT_EQ(device_summary(d, true), "NVIDIA H200 | driver 580.159.04 | CUDA runtime 13.0 | 132 SMs | nominal 4814 GB/s");
+}
+
+TEST(DeviceSummary, CpuLineHasNoSmsAndMarksWhatIsUnknown) {
+  const DeviceInfo d = two_thread_cpu();
   EXPECT_EQ(device_summary(d, false), "AMD EPYC (2 threads) | driver - | OpenBLAS 0.3.21 | nominal bandwidth -");
 }
 
 TEST(DeviceJson, GpuNamesEveryField) {
-  DeviceInfo d;
-  d.name = "NVIDIA H200";
-  d.driver = "580.159.04";
-  d.runtime = "CUDA runtime 13.0";
-  d.peak_bandwidth_gbs = 4814.4;
-  d.multiprocessors = 132;
+  const DeviceInfo d = h200();
   const nlohmann::json j = device_json(d, true);
   EXPECT_EQ(j.at("name"), "NVIDIA H200");
   EXPECT_EQ(j.at("driver"), "580.159.04");
@@ -41,10 +47,7 @@ TEST(DeviceJson, GpuNamesEveryField) {
 }
 
 TEST(DeviceJson, CpuGivesNullWhereTheLineSaysDash) {
-  DeviceInfo d;
-  d.name = "AMD EPYC (2 threads)";
-  d.runtime = "OpenBLAS 0.3.21";
-  d.multiprocessors = 2;
+  const DeviceInfo d = two_thread_cpu();
   const nlohmann::json j = device_json(d, false);
   EXPECT_EQ(j.at("name"), "AMD EPYC (2 threads)");
   EXPECT_TRUE(j.at("driver").is_null());
