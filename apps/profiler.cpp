@@ -495,11 +495,13 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
     if (i + 1 < gemms.size() && i < mms.size()) j = mms[i];
     if (i + 1 == gemms.size() && !mms.empty()) j = mms.back();
     const TraceRecord* r = j == SIZE_MAX ? nullptr : kernels[j];
-    std::printf("%-16s %4d %8lld %6lld  %-34s %-10s %-9s %8.2f %8.2f %8.2f %8.2f\n", gemms[i].name.c_str(), 1,
+    char at_peak[16] = "-";  // no nominal bandwidth (the CPU states none): no time at it
+    if (peak > 0) std::snprintf(at_peak, sizeof at_peak, "%.2f", double(gemms[i].bytes) / (peak * 1e3));
+    std::printf("%-16s %4d %8lld %6lld  %-34s %-10s %-9s %8.2f %8.2f %8.2f %8s\n", gemms[i].name.c_str(), 1,
                 (long long)gemms[i].n, (long long)gemms[i].k, r ? r->name.substr(0, 34).c_str() : "-",
                 r ? dims(r->grid).c_str() : "-", r ? dims(r->block).c_str() : "-",
                 r ? double(r->end_ns - r->start_ns) / 1e3 : 0.0, r ? step_chain[j] : 0.0, double(gemms[i].bytes) / 1e6,
-                peak > 0 ? double(gemms[i].bytes) / (peak * 1e3) : 0.0);
+                at_peak);
   }
 
   // Diagnosis for the step as a whole.
@@ -523,7 +525,9 @@ bool run_profile(Model& m, const std::vector<int32_t>& prompt, const ProfileOpti
               bound == Bound::Launch ? "LAUNCH-BOUND" : "not the limit", "CUDA graphs, kernel fusion, PDL");
   std::snprintf(meas, sizeof meas, "%.0f GB/s busy, %.0f GB/s wall", busy_gbs, wall_gbs);
   std::printf("%-44s %-26s %-34s %s\n", "kernels stream near peak bandwidth", meas,
-              bound == Bound::Bandwidth ? "BANDWIDTH-BOUND" : "below 60% of nominal bandwidth",
+              bound == Bound::Bandwidth ? "BANDWIDTH-BOUND"
+              : peak > 0                ? "below 60% of nominal bandwidth"
+                                        : "nominal bandwidth not known",
               "fewer bytes: smaller weights, KV reuse");
   std::snprintf(meas, sizeof meas, "%.0f kernels, %.2f us each", f.kernels, chain_each);
   std::printf("%-44s %-26s %-34s %s\n", "each kernel waits for the one before it", meas,
