@@ -223,6 +223,24 @@ int cmd_chat(RunOptions& o) {
   return 0;
 }
 
+// A metadata value as JSON: numbers, booleans and strings as themselves (strings in full); an array
+// as its element type, its length and its first items, as the table shows it.
+nlohmann::json value_json(const GgufValue& v) {
+  constexpr size_t kFirstItems = 8;
+  switch (v.type) {
+    case GgufType::U8: case GgufType::U16: case GgufType::U32: case GgufType::U64: return v.u;
+    case GgufType::I8: case GgufType::I16: case GgufType::I32: case GgufType::I64: return v.i;
+    case GgufType::F32: case GgufType::F64: return v.f;  // NaN and infinities become null
+    case GgufType::BOOL: return v.i != 0;
+    case GgufType::STRING: return v.str;
+    case GgufType::ARRAY: break;
+  }
+  nlohmann::json first = nlohmann::json::array();
+  for (size_t k = 0; k < v.array_size() && k < kFirstItems; ++k)
+    first.push_back(v.elem_type == GgufType::STRING ? nlohmann::json(v.strs[k]) : value_json(v.arr[k]));
+  return {{"element_type", gguf_type_name(v.elem_type)}, {"length", v.array_size()}, {"first", first}};
+}
+
 int cmd_inspect(const std::string& path, bool json) {
   std::unique_ptr<GgufFile> f = GgufFile::open(path);
   if (json) {
@@ -230,11 +248,24 @@ int cmd_inspect(const std::string& path, bool json) {
     j["file"] = path;
     j["version"] = f->version();
     j["alignment"] = f->alignment();
-    for (const auto& kv : f->metadata()) j["metadata"][kv.first] = kv.second.to_string();
+    j["metadata"] = nlohmann::json::object();
+    for (const auto& kv : f->metadata()) j["metadata"][kv.first] = value_json(kv.second);
+    j["tensors"] = nlohmann::json::array();
     for (const TensorInfo& t : f->tensors()) {
       j["tensors"].push_back({{"name", t.name}, {"type", ggml_type_name(t.type)}, {"shape", t.dims}, {"bytes", t.bytes}});
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    try {
+      const ModelConfig c = read_model_config(*f);
+      j["model"] = {{"arch", c.arch}, {"n_layer", c.n_layer}, {"n_embd", c.n_embd}, {"n_ff", c.n_ff},
+                    {"n_head", c.n_head}, {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim},
+                    {"n_vocab", c.n_vocab}, {"n_ctx_train", c.n_ctx_train}, {"rope_theta", c.rope_theta},
+                    {"rms_eps", c.rms_eps}, {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
+    } catch (const std::exception& e) {
+      j["model"] = nullptr;
+      j["not_runnable"] = e.what();
+    }
+    // Strings in a file need not be UTF-8; invalid bytes become U+FFFD rather than an error.
+    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     return 0;
   }
   std::printf("file: %s\nGGUF version %u, alignment %llu, %zu metadata keys, %zu tensors\n\n", path.c_str(),

@@ -87,8 +87,6 @@ bool ggml_type_block(GgmlType t, int64_t* block_values, int64_t* block_bytes) {
 
 // ---- values ----------------------------------------------------------------------------------
 
-namespace {
-
 const char* gguf_type_name(GgufType t) {
   switch (t) {
     case GgufType::U8: return "u8";
@@ -107,6 +105,8 @@ const char* gguf_type_name(GgufType t) {
   }
   return "unknown";
 }
+
+namespace {
 
 bool known_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::F64); }
 

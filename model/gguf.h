@@ -48,6 +48,7 @@ enum class GgufType : uint32_t {
 };
 
 const char* ggml_type_name(GgmlType t);
+const char* gguf_type_name(GgufType t);  // "u8", "string", "array", ...
 // Values per block and bytes per block; false for a type this project does not know.
 bool ggml_type_block(GgmlType t, int64_t* block_values, int64_t* block_bytes);
 

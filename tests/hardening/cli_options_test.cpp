@@ -307,5 +307,43 @@ TEST(CliOptions, BenchJsonSaysNullForWhatWasNotMeasured) {
   EXPECT_GT(b.at("decode_measured_bandwidth_fraction").get<double>(), 0.0);
 }
 
+TEST(CliOptions, InspectJsonKeepsTheMetadataTypes) {
+  // Numbers, booleans and strings keep their types; arrays give element type, length and first items;
+  // the model's configuration is there as the table's last line gives it.
+  const RunResult r = run({tiny_llm_path(), "inspect", base_model_path(), "--json"});
+  expect_success(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const nlohmann::json& m = j.at("metadata");
+  EXPECT_EQ(m.at("general.architecture"), "qwen2");
+  EXPECT_TRUE(m.at("qwen2.block_count").is_number_unsigned());
+  EXPECT_EQ(m.at("qwen2.block_count"), 2);
+  EXPECT_DOUBLE_EQ(m.at("qwen2.rope.freq_base").get<double>(), 1e6);
+  EXPECT_EQ(m.at("tokenizer.ggml.add_bos_token"), false);
+  const nlohmann::json& tokens = m.at("tokenizer.ggml.tokens");
+  EXPECT_EQ(tokens.at("element_type"), "string");
+  EXPECT_EQ(tokens.at("length"), 272);
+  EXPECT_EQ(tokens.at("first")[0], "!");
+  EXPECT_EQ(m.at("tokenizer.ggml.token_type").at("element_type"), "i32");
+  // Strings are whole, where the table cuts them at 80 characters.
+  EXPECT_GT(m.at("tokenizer.chat_template").get<std::string>().size(), 80u);
+  EXPECT_EQ(m.at("tokenizer.chat_template").get<std::string>().rfind("{%- if messages[0]['role'] == 'system' %}", 0), 0u);
+  const nlohmann::json& c = j.at("model");
+  EXPECT_EQ(c.at("arch"), "qwen2");
+  EXPECT_EQ(c.at("n_layer"), 2);
+  EXPECT_EQ(c.at("n_vocab"), 272);
+  EXPECT_EQ(c.at("n_head_kv"), 2);
+  EXPECT_EQ(j.at("tensors").size(), 26u);
+  EXPECT_EQ(j.at("tensors")[0].at("name"), "token_embd.weight");
+
+  // A string that is not UTF-8 (GGUF does not enforce it) comes out with U+FFFD for its bad bytes.
+  ScratchDir dir;
+  ModelEdit edit;
+  edit.set_keys["general.name"] = string_value("bad \xff\xfe name");
+  write_edited(*GgufFile::open(base_model_path()), dir.file("latin.gguf"), edit);
+  const RunResult bad = run({tiny_llm_path(), "inspect", dir.file("latin.gguf"), "--json"});
+  expect_success(bad);
+  EXPECT_EQ(nlohmann::json::parse(bad.out).at("metadata").at("general.name"), "bad \xef\xbf\xbd\xef\xbf\xbd name");
+}
+
 }  // namespace
 }  // namespace tllm::test

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <mutex>
+#include <nlohmann/json.hpp>
 
 #include "model/model.h"
 #include "model/synth.h"
@@ -272,7 +273,7 @@ GgufValue i32_array_value(const std::vector<int32_t>& v) {
 
 // ---- expectations ----------------------------------------------------------------------------
 
-bool expect_inspect_outcome(const RunResult& r, const std::string& path) {
+bool expect_inspect_outcome(const RunResult& r, const std::string& path, bool json) {
   std::unique_ptr<GgufFile> f;
   try {
     f = GgufFile::open(path);
@@ -285,16 +286,34 @@ bool expect_inspect_outcome(const RunResult& r, const std::string& path) {
   }
   EXPECT_EQ(r.exit_code, 0) << r.describe();
   EXPECT_EQ(r.err, "") << r.describe();
+  std::string verdict;  // empty: runnable
   try {
     read_model_config(*f);
-    EXPECT_NE(r.out.find("\nmodel: "), std::string::npos) << r.describe();
   } catch (const std::exception& e) {
-    EXPECT_NE(r.out.find("not a runnable model: " + std::string(e.what())), std::string::npos) << r.describe();
+    verdict = e.what();
+  }
+  if (!json) {
+    EXPECT_NE(r.out.find(verdict.empty() ? "\nmodel: " : "not a runnable model: " + verdict), std::string::npos)
+        << r.describe();
+    return true;
+  }
+  const nlohmann::json j = nlohmann::json::parse(r.out, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << r.describe();
+  if (j.is_discarded()) return true;
+  EXPECT_EQ(j.value("metadata", nlohmann::json::object()).size(), f->metadata().size()) << r.describe();
+  EXPECT_EQ(j.value("tensors", nlohmann::json::array()).size(), f->tensors().size()) << r.describe();
+  EXPECT_EQ(j.value("model", nlohmann::json()).is_null(), !verdict.empty()) << r.describe();
+  if (!verdict.empty()) {
+    EXPECT_EQ(j.value("not_runnable", ""), verdict) << r.describe();
   }
   return true;
 }
 
-std::vector<std::string> inspect_command(const std::string& path) { return {tiny_llm_path(), "inspect", path}; }
+std::vector<std::string> inspect_command(const std::string& path, bool json) {
+  std::vector<std::string> c = {tiny_llm_path(), "inspect", path};
+  if (json) c.push_back("--json");
+  return c;
+}
 
 std::vector<std::string> generate_command(const std::string& path) {
   return {tiny_llm_path(), "generate", "-m", path, "-p", "hi", "-n", "2", "--backend", "cpu", "-q"};

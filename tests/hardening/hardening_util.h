@@ -69,14 +69,16 @@ GgufValue string_value(const std::string& v);
 GgufValue string_array_value(const std::vector<std::string>& v);
 GgufValue i32_array_value(const std::vector<int32_t>& v);
 
-// `tiny_llm inspect FILE` on any file: when the reader rejects the file, exit code 1 and stderr is
-// exactly "tiny_llm: error: <the reader's message>"; when it opens (a valid GGUF file), exit code
-// 0, nothing on stderr, and the model check's verdict on stdout ("not a runnable model: <message>"
-// when read_model_config rejects it). Returns whether the file opened.
-bool expect_inspect_outcome(const RunResult& r, const std::string& path);
+// `tiny_llm inspect FILE [--json]` on any file: when the reader rejects the file, exit code 1 and
+// stderr is exactly "tiny_llm: error: <the reader's message>"; when it opens (a valid GGUF file),
+// exit code 0, nothing on stderr, and the model check's verdict on stdout ("not a runnable model:
+// <message>" when read_model_config rejects it; with --json, JSON whose "model" is null and whose
+// "not_runnable" is that message, and whose metadata and tensors are the reader's). Returns whether
+// the file opened.
+bool expect_inspect_outcome(const RunResult& r, const std::string& path, bool json = false);
 
-// The two commands every malformed file is run with.
-std::vector<std::string> inspect_command(const std::string& path);
+// The commands every malformed file is run with.
+std::vector<std::string> inspect_command(const std::string& path, bool json = false);
 std::vector<std::string> generate_command(const std::string& path);
 
 }  // namespace tllm::test

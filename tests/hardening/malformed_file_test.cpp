@@ -22,7 +22,7 @@ namespace {
 
 constexpr uint64_t kHuge = uint64_t(1) << 40;
 
-// Runs both commands on every path; checks inspect against the reader and generate for a clean
+// Runs the commands on every path (inspect, also with --json, and generate); checks inspect against the reader and generate for a clean
 // failure holding the path and the case's needle. Returns the paths that opened as GGUF (inspect
 // exits 0 for those).
 struct Case {
@@ -35,15 +35,17 @@ std::set<std::string> run_cases(const std::vector<Case>& cases) {
   for (const Case& c : cases) {
     commands.push_back(inspect_command(c.path));
     commands.push_back(generate_command(c.path));
+    commands.push_back(inspect_command(c.path, true));
   }
   const std::vector<RunResult> results = run_all(commands);
   std::set<std::string> opened;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
     SCOPED_TRACE(c.path);
-    const RunResult& inspect = results[2 * i];
-    const RunResult& generate = results[2 * i + 1];
+    const RunResult& inspect = results[3 * i];
+    const RunResult& generate = results[3 * i + 1];
     const bool valid_gguf = expect_inspect_outcome(inspect, c.path);
+    EXPECT_EQ(expect_inspect_outcome(results[3 * i + 2], c.path, true), valid_gguf);
     if (valid_gguf) opened.insert(c.path);
     std::vector<std::string> needles = {c.path};
     if (!c.needle.empty()) needles.push_back(c.needle);

@@ -273,16 +273,19 @@ TEST(ModelChecks, EveryViolationFailsTheProgramsCleanly) {
     write_edited(*base, path, c.edit);
     commands.push_back(inspect_command(path));
     commands.push_back(generate_command(path));
+    commands.push_back(inspect_command(path, true));
   }
   const std::vector<RunResult> r = run_all(commands);
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path = dir.file(cases[i].name + ".gguf");
     SCOPED_TRACE(cases[i].name);
-    EXPECT_TRUE(expect_inspect_outcome(r[2 * i], path)) << "inspect must show a valid GGUF file";
+    EXPECT_TRUE(expect_inspect_outcome(r[3 * i], path)) << "inspect must show a valid GGUF file";
+    EXPECT_TRUE(expect_inspect_outcome(r[3 * i + 2], path, true)) << "inspect --json must show a valid GGUF file";
     if (cases[i].stage == Stage::Config) {
-      EXPECT_NE(r[2 * i].out.find("not a runnable model: "), std::string::npos) << r[2 * i].describe();
+      EXPECT_NE(r[3 * i].out.find("not a runnable model: "), std::string::npos) << r[3 * i].describe();
+      EXPECT_NE(r[3 * i + 2].out.find("\"not_runnable\""), std::string::npos) << r[3 * i + 2].describe();
     }
-    expect_clean_failure(r[2 * i + 1], "tiny_llm", {path, cases[i].needle});
+    expect_clean_failure(r[3 * i + 1], "tiny_llm", {path, cases[i].needle});
   }
 }
 

@@ -75,12 +75,13 @@ TEST(Regressions, GgufFilesFailTheProgramsCleanly) {
   for (const std::string& path : files) {
     commands.push_back(inspect_command(path));
     commands.push_back(generate_command(path));
+    commands.push_back(inspect_command(path, true));
   }
   const std::vector<RunResult> r = run_all(commands);
   for (size_t i = 0; i < files.size(); ++i) {
     SCOPED_TRACE(files[i]);
-    expect_inspect_outcome(r[2 * i], files[i]);
-    expect_clean_failure(r[2 * i + 1], "tiny_llm", {files[i]});
+    EXPECT_EQ(expect_inspect_outcome(r[3 * i + 2], files[i], true), expect_inspect_outcome(r[3 * i], files[i]));
+    expect_clean_failure(r[3 * i + 1], "tiny_llm", {files[i]});
   }
 }
 
