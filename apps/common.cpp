@@ -35,6 +35,8 @@ nlohmann::json device_json(const DeviceInfo& dev, bool gpu) {
           {"peak_bandwidth_gbs", known(dev.peak_bandwidth_gbs, dev.peak_bandwidth_gbs > 0)}};
 }
 
+std::string json_text(const nlohmann::json& j) { return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace); }
+
 Progress::Progress(std::string label, bool quiet)
     : label_(std::move(label)), quiet_(quiet), tty_(isatty(STDERR_FILENO) != 0) {}
 

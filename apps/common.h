@@ -29,6 +29,10 @@ std::string device_summary(const DeviceInfo& dev, bool gpu);
 // where device_summary prints "-" or leaves the field out.
 nlohmann::json device_json(const DeviceInfo& dev, bool gpu);
 
+// --json output, indented; bytes that are not UTF-8 (a file's strings, a path) become U+FFFD
+// instead of an error.
+std::string json_text(const nlohmann::json& j);
+
 // An error a user caused (bad option, unusable file); main prints its message on one line, exit 1.
 class AppError : public std::runtime_error {
  public:

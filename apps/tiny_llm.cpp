@@ -264,8 +264,7 @@ int cmd_inspect(const std::string& path, bool json) {
       j["model"] = nullptr;
       j["not_runnable"] = e.what();
     }
-    // Strings in a file need not be UTF-8; invalid bytes become U+FFFD rather than an error.
-    std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    std::printf("%s\n", json_text(j).c_str());  // a file's strings need not be UTF-8
     return 0;
   }
   std::printf("file: %s\nGGUF version %u, alignment %llu, %zu metadata keys, %zu tensors\n\n", path.c_str(),

@@ -256,7 +256,7 @@ int bench_main(int argc, char** argv) {
                    {"device_used_bytes", mem.device_used}, {"device_total_bytes", mem.device_total},
                    {"host_peak_rss_bytes", peak_rss}};
     j["tokens"] = first_tokens;
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
   }
 

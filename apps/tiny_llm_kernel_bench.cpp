@@ -414,7 +414,7 @@ int kernel_bench_main(int argc, char** argv) {
       j["results"].push_back({{"name", r.name}, {"shape", r.shape}, {"grid", r.grid}, {"block", r.block}, {"us", r.us},
                               {"bytes", r.bytes}, {"gb_s", gbs}, {"fraction_of_peak", peak > 0 ? nlohmann::json(gbs / peak) : nlohmann::json()}});
     }
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", json_text(j).c_str());
     return 0;
   }
   if (csv) {

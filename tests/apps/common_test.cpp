@@ -56,5 +56,12 @@ TEST(DeviceJson, CpuGivesNullWhereTheLineSaysDash) {
   EXPECT_TRUE(j.at("peak_bandwidth_gbs").is_null());
 }
 
+TEST(JsonText, BytesThatAreNotUtf8BecomeReplacementCharacters) {
+  const nlohmann::json j = {{"model", "/tmp/x\xff.gguf"}, {"n", 2}};
+  const std::string text = json_text(j);
+  EXPECT_EQ(nlohmann::json::parse(text).at("model"), "/tmp/x\xef\xbf\xbd.gguf");
+  EXPECT_NE(text.find("\n  \"n\": 2"), std::string::npos) << text;  // indented by two
+}
+
 }  // namespace
 }  // namespace tllm
