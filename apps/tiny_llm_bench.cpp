@@ -229,10 +229,10 @@ int bench_main(int argc, char** argv) {
     nlohmann::json j;
     j["commit"] = build_commit();
     // What was not known or not measured is null, never 0.
-    auto known = [](auto v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
+    auto if_positive = [](auto v) { return v > 0 ? nlohmann::json(v) : nlohmann::json(); };
     j["device"] = device_json(dev, lm.backend->name() != "cpu");
-    j["device"]["measured_read_gbs"] = known(measured_gbs);
-    j["device"]["measured_read_mib"] = measured_gbs > 0 ? nlohmann::json(read_mib) : nlohmann::json();
+    j["device"]["measured_read_gbs"] = if_positive(measured_gbs);
+    j["device"]["measured_read_mib"] = if_positive(measured_gbs > 0 ? read_mib : 0);
     j["backend"] = lm.backend->name();
     j["graphs"] = !o.no_graphs && lm.backend->supports(Op::StepCapture);
     j["model"] = o.model;
@@ -247,11 +247,11 @@ int bench_main(int argc, char** argv) {
     put("decode_tok_s", s_dec);
     put("prefill_tok_s", s_pf);
     put("e2e_ms", s_e2e);
-    j["kernels_per_decode_step"] = known(lm.backend->kernels_per_step());
+    j["kernels_per_decode_step"] = if_positive(lm.backend->kernels_per_step());
     j["decode_step_bytes"] = step_bytes;
     j["decode_gb_s"] = step_gbs;
-    j["decode_bandwidth_fraction"] = known(bw_frac);
-    j["decode_measured_bandwidth_fraction"] = known(measured_frac);
+    j["decode_bandwidth_fraction"] = if_positive(bw_frac);
+    j["decode_measured_bandwidth_fraction"] = if_positive(measured_frac);
     j["memory"] = {{"engine_peak_bytes", mem.peak_bytes}, {"engine_allocated_bytes", mem.allocated_bytes},
                    {"device_used_bytes", mem.device_used}, {"device_total_bytes", mem.device_total},
                    {"host_peak_rss_bytes", peak_rss}};

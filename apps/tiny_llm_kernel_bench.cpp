@@ -6,9 +6,9 @@
 // Method: each case runs `--warmup` times, then `--reps` times. Where the backend traces its work the
 // time is the trace's: on CUDA (CUPTI) the kernels' own device time, with grid/block; on the CPU the
 // backend's op records, which have no launch geometry. A backend without a trace gets host wall time
-// around the repetitions with a synchronize. Weight
-// matrices are cycled through enough copies to exceed the last-level cache (`--flush-mb`), so every
-// repetition streams its weights from memory as a real decode step does.
+// around the repetitions with a synchronize. Weight matrices are cycled through enough copies to
+// exceed the last-level cache (`--flush-mb`), so every repetition streams its weights from memory as
+// a real decode step does.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 #include <algorithm>
@@ -43,6 +43,8 @@ struct Result {
   std::string name, shape, grid, block;
   double us = 0;
   double bytes = 0;
+  bool traced = false;  // us from the backend's trace, not host wall time
+  double gb_s() const { return bytes / (us * 1e-6) / 1e9; }
 };
 
 class Bench {
@@ -124,7 +126,8 @@ class Bench {
           r.block += (r.block.empty() ? "" : "+") + b;
         }
       }
-      if (kernel_ns > 0) r.us = kernel_ns / 1000.0 / reps_;
+      r.traced = kernel_ns > 0;
+      if (r.traced) r.us = kernel_ns / 1000.0 / reps_;
     }
     if (r.grid.empty()) r.grid = r.block = "-";
     results_.push_back(r);
@@ -395,8 +398,7 @@ int kernel_bench_main(int argc, char** argv) {
 
   const double peak = dev.peak_bandwidth_gbs;
   const bool gpu = be->name() != "cpu";
-  const bool traced = be->trace_begin();
-  if (traced) be->trace_end();
+  const bool traced = !b.results().empty() && b.results().front().traced;
   const char* timing = !traced ? "host wall time" : gpu ? "device kernel time (CUPTI)" : "op time (the CPU backend's trace)";
   if (json) {
     nlohmann::json j;
@@ -410,7 +412,7 @@ int kernel_bench_main(int argc, char** argv) {
     j["timing"] = timing;
     j["results"] = nlohmann::json::array();
     for (const Result& r : b.results()) {
-      const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
+      const double gbs = r.gb_s();
       j["results"].push_back({{"name", r.name}, {"shape", r.shape}, {"grid", r.grid}, {"block", r.block}, {"us", r.us},
                               {"bytes", r.bytes}, {"gb_s", gbs}, {"fraction_of_peak", peak > 0 ? nlohmann::json(gbs / peak) : nlohmann::json()}});
     }
@@ -420,7 +422,7 @@ int kernel_bench_main(int argc, char** argv) {
   if (csv) {
     std::printf("name,shape,grid,block,us,bytes,gb_s,fraction_of_peak\n");
     for (const Result& r : b.results()) {
-      const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
+      const double gbs = r.gb_s();
       // No nominal bandwidth (the CPU states none): the fraction's field stays empty.
       const std::string fraction = peak > 0 ? one_number("%.3f", gbs / peak) : "";
       std::printf("%s,%s,%s,%s,%.3f,%.0f,%.1f,%s\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(), r.block.c_str(),
@@ -434,7 +436,7 @@ int kernel_bench_main(int argc, char** argv) {
               s.source.c_str(), warmup, reps, flush_mb, timing);
   std::printf("%-35s %-26s %-16s %-12s %10s %12s %9s %7s\n", "op", "shape", "grid", "block", "us", "bytes", "GB/s", "peak");
   for (const Result& r : b.results()) {
-    const double gbs = r.bytes / (r.us * 1e-6) / 1e9;
+    const double gbs = r.gb_s();
     const std::string percent = peak > 0 ? one_number("%.1f%%", 100 * gbs / peak) : "-";
     std::printf("%-35s %-26s %-16s %-12s %10.2f %12.0f %9.1f %7s\n", r.name.c_str(), r.shape.c_str(), r.grid.c_str(),
                 r.block.c_str(), r.us, r.bytes, gbs, percent.c_str());
