@@ -7,19 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-#include <iterator>
 #include <sstream>
 
 #include "hardening/hardening_util.h"
 
 namespace tllm::test {
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
-}
 
 struct BadCommand {
   std::vector<std::string> argv;
@@ -169,7 +162,7 @@ TEST(CliOptions, ModelIsAnOptionOrTheFirstPositional) {
     expect_success(a);
     expect_success(b);
     if (sub == "logits") {
-      const std::string x = slurp(dir.file("a.bin")), y = slurp(dir.file("b.bin"));
+      const std::vector<uint8_t> x = read_bytes(dir.file("a.bin")), y = read_bytes(dir.file("b.bin"));
       EXPECT_EQ(x.size(), 3u * 272 * sizeof(float));
       EXPECT_EQ(x, y);
     } else {

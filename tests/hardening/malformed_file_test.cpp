@@ -22,9 +22,9 @@ namespace {
 
 constexpr uint64_t kHuge = uint64_t(1) << 40;
 
-// Runs the commands on every path (inspect, also with --json, and generate); checks inspect against the reader and generate for a clean
-// failure holding the path and the case's needle. Returns the paths that opened as GGUF (inspect
-// exits 0 for those).
+// Runs inspect (as a table and with --json) and generate on every path; checks inspect against the
+// reader and generate for a clean failure holding the path and the case's needle. Returns the paths
+// that opened as GGUF (inspect exits 0 for those).
 struct Case {
   std::string path;
   std::string needle;  // expected in generate's message ("" = only the path)
