@@ -260,6 +260,7 @@ int cmd_inspect(const std::string& path, bool json) {
                     {"n_head", c.n_head}, {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim},
                     {"n_vocab", c.n_vocab}, {"n_ctx_train", c.n_ctx_train}, {"rope_theta", c.rope_theta},
                     {"rms_eps", c.rms_eps}, {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
+      j["model"]["rope_scaling"] = c.rope_scaling.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.rope_scaling);
     } catch (const std::exception& e) {
       j["model"] = nullptr;
       j["not_runnable"] = e.what();
@@ -283,9 +284,10 @@ int cmd_inspect(const std::string& path, bool json) {
   try {
     const ModelConfig c = read_model_config(*f);
     std::printf("\nmodel: %s, %d layers, n_embd %d, n_ff %d, %d heads / %d KV heads (head_dim %d), n_vocab %d, "
-                "context %d, rope theta %g, rms eps %g, %s embeddings, %s QKV bias\n",
+                "context %d, rope theta %g%s%s, rms eps %g, %s embeddings, %s QKV bias\n",
                 c.arch.c_str(), c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab,
-                c.n_ctx_train, double(c.rope_theta), double(c.rms_eps), c.tied_embeddings ? "tied" : "separate",
+                c.n_ctx_train, double(c.rope_theta), c.rope_scaling.empty() ? "" : " scaled by ",
+                c.rope_scaling.c_str(), double(c.rms_eps), c.tied_embeddings ? "tied" : "separate",
                 c.qkv_bias ? "with" : "no");
   } catch (const std::exception& e) {
     std::printf("\nnot a runnable model: %s\n", e.what());
@@ -355,7 +357,10 @@ int cmd_logits(RunOptions& o, const std::string& tokens, const std::string& toke
 
 int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const std::string& preset, uint64_t seed,
               bool seed_given, bool quiet) {
-  SynthConfig c = preset == "tiny" ? tiny_test_model() : preset == "tiny-llama" ? tiny_llama_test_model() : qwen25_05b_q4km();
+  SynthConfig c = preset == "tiny"          ? tiny_test_model()
+                  : preset == "tiny-llama"  ? tiny_llama_test_model()
+                  : preset == "tiny-llama3" ? tiny_llama3_test_model()
+                                            : qwen25_05b_q4km();
   if (seed_given) c.seed = seed;
   c.tokenizer_dir = tokenizer_dir;
   Progress progress("writing " + out, quiet);
@@ -412,8 +417,10 @@ int main_body(int argc, char** argv) {
   s->add_option("-o,--output", synth_out, "output GGUF file")->required();
   s->add_option("--tokenizer-dir", synth_tok, "folder with a Hugging Face vocab.json + merges.txt to embed")
       ->check(CLI::ExistingDirectory);
-  s->add_option("--preset", synth_preset, "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), tiny, tiny-llama")
-      ->check(CLI::IsMember({"qwen2.5-0.5b", "tiny", "tiny-llama"}));
+  s->add_option("--preset", synth_preset,
+                "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), tiny, tiny-llama, tiny-llama3 (with "
+                "Llama 3.1's rope scaling)")
+      ->check(CLI::IsMember({"qwen2.5-0.5b", "tiny", "tiny-llama", "tiny-llama3"}));
   CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights")->check(seed_validator());
   s->add_flag("-q,--quiet", synth_quiet, "no progress");
 

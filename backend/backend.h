@@ -155,7 +155,8 @@ enum class RopeMode : uint8_t {
   Neox,    // rotates pairs (i, i + head_dim/2): qwen2, GPT-NeoX
 };
 
-// Rotary position embedding, in place: pair j of a head at position p turns by p · theta^(-2j/head_dim).
+// Rotary position embedding, in place: pair j of a head at position p turns by
+// p · theta^(-2j/head_dim) / freq_factors[j] (no division without factors).
 struct RopeDesc {
   float* x = nullptr;             // (m, n_heads, head_dim)
   const int32_t* pos = nullptr;   // (m) position of each row
@@ -163,6 +164,7 @@ struct RopeDesc {
   int n_heads = 0;
   int head_dim = 0;               // even
   float theta = 10000.0f;
+  const float* freq_factors = nullptr;  // (head_dim/2) each > 0 (rope scaling), or null
   RopeMode mode = RopeMode::Normal;
 };
 
@@ -192,6 +194,7 @@ struct QkvRopeAppendDesc {
   int head_dim = 0;
   int n_ctx = 0;
   float theta = 10000.0f;
+  const float* freq_factors = nullptr;  // (head_dim/2) each > 0 (rope scaling), or null
   RopeMode mode = RopeMode::Normal;
 };
 

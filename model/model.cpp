@@ -100,6 +100,50 @@ void check_vocabulary(const GgufFile& f, int n_vocab) {
 }
 
 
+// Rope scaling as llama.cpp reads it: rope.scaling.factor (or the older rope.scale_linear) divides
+// every frequency when rope.scaling.type is linear (the default when a factor is given), and the
+// optional rope_freqs.weight tensor (Llama 3.1/3.2) divides pair j's frequency by its j-th value.
+// Types that change more than the frequencies (yarn, longrope) are refused, not approximated.
+void read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  double factor = 1.0;
+  const std::string factor_key = f.find(a + "rope.scaling.factor") ? a + "rope.scaling.factor" : a + "rope.scale_linear";
+  if (f.find(factor_key)) {
+    factor = f.get_float(factor_key);
+    if (!std::isfinite(factor) || factor < 0.0 || factor > 1e6) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%g", factor);
+      fail(f, "metadata '" + factor_key + "' = " + buf + " is out of range (expected 0..1e6)");
+    }
+    if (factor == 0.0) factor = 1.0;  // llama.cpp: 0 means no scaling
+  }
+  const std::string type = f.get_string(a + "rope.scaling.type", factor != 1.0 ? "linear" : "none");
+  if (type == "none") {
+    factor = 1.0;
+  } else if (type != "linear") {
+    fail(f, "rope scaling type '" + printable(type) + "' is not supported (supported: none, linear, rope_freqs)");
+  }
+  std::vector<float> per_pair(size_t(half), 1.0f);
+  const TensorInfo* freqs = f.find_tensor("rope_freqs.weight");
+  if (freqs) {
+    if (freqs->dims != std::vector<int64_t>{half}) {
+      fail(f, "tensor 'rope_freqs.weight' has shape " + dims_string(freqs->dims) + ", expected {" +
+                  std::to_string(half) + "}");
+    }
+    if (!can_dequantize(freqs->type)) {
+      fail(f, "tensor 'rope_freqs.weight' has unsupported type " + std::string(ggml_type_name(freqs->type)));
+    }
+    per_pair = dequantize_tensor(*freqs);
+    for (float v : per_pair) {
+      if (!(v > 0.0f) || !std::isfinite(v)) fail(f, "tensor 'rope_freqs.weight' holds a value that is not finite and > 0");
+    }
+  }
+  if (factor == 1.0 && !freqs) return;
+  c.rope_freq_factors.resize(size_t(half));
+  for (int j = 0; j < half; ++j) c.rope_freq_factors[size_t(j)] = float(double(per_pair[size_t(j)]) * factor);
+  c.rope_scaling = factor != 1.0 ? (freqs ? "linear + rope_freqs" : "linear") : "rope_freqs";
+}
+
 }  // namespace
 
 std::string fit_error(const ModelFootprint& need, const MemoryInfo& mem, const std::string& device, int n_ctx) {
@@ -156,6 +200,7 @@ ModelConfig read_model_config(const GgufFile& f) {
   if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f) fail(f, "attention.layer_norm_rms_epsilon must be in (0, 1]");
   // llama.cpp's converter permutes Llama's Q/K rows for adjacent-pair rotation; Qwen2 keeps halves.
   c.rope_mode = c.arch == "qwen2" ? RopeMode::Neox : RopeMode::Normal;
+  read_rope_scaling(f, a, c);
 
   const TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (!embd) fail(f, "missing tensor 'token_embd.weight'");
@@ -191,7 +236,8 @@ ModelFootprint Model::footprint(const ModelConfig& c, const LoadOptions& opt) {
   const size_t E = size_t(c.n_embd), F = size_t(c.n_ff), Q = size_t(c.qkv_dim()), V = size_t(c.n_vocab);
   auto w8 = [](size_t n, size_t k) { return n * k + n * (k / kW8Group) * sizeof(half_t); };
   const size_t per_layer = w8(Q, E) + w8(E, E) + w8(2 * F, E) + w8(E, F) + (2 * E + Q) * sizeof(float);
-  fp.weight_bytes = per_layer * size_t(c.n_layer) + V * E * sizeof(half_t) + E * sizeof(float);
+  fp.weight_bytes = per_layer * size_t(c.n_layer) + V * E * sizeof(half_t) + E * sizeof(float) +
+                    c.rope_freq_factors.size() * sizeof(float);
   if (!c.tied_embeddings) fp.weight_bytes += w8(V, E);
   const int n_ctx = std::min(opt.n_ctx, c.n_ctx_train);
   fp.kv_cache_bytes = size_t(c.n_layer) * 2 * size_t(c.n_head_kv) * size_t(n_ctx) * size_t(c.head_dim) * sizeof(half_t);
@@ -284,6 +330,11 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
     m->embd_ = be.upload_matrix(requantize_w8(embd).view());
   }
   m->output_norm_ = upload_f32("output_norm.weight");
+  if (!c.rope_freq_factors.empty()) {
+    const size_t bytes = c.rope_freq_factors.size() * sizeof(float);
+    m->rope_factors_ = be.alloc(bytes);
+    be.upload(m->rope_factors_.data(), c.rope_freq_factors.data(), bytes);
+  }
   if (opt.progress) opt.progress(total, total);
 
   const size_t B = size_t(m->max_batch_);
@@ -345,6 +396,7 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
     q.rope.head_dim = c.head_dim;
     q.rope.n_ctx = n_ctx_;
     q.rope.theta = c.rope_theta;
+    q.rope.freq_factors = rope_factors_ ? rope_factors_.as<float>() : nullptr;
     q.rope.mode = c.rope_mode;
     decode ? be_.matmul_m1(q) : be_.matmul(q);  // every row: the KV cache needs them all
 

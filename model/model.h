@@ -44,6 +44,10 @@ struct ModelConfig {
   int n_vocab = 0;
   int n_ctx_train = 0;     // context length the model was trained for
   float rope_theta = 10000.0f;
+  // Rope scaling: pair j's frequency theta^(-2j/head_dim) is divided by rope_freq_factors[j], the
+  // product of Llama 3's rope_freqs.weight and a linear rope.scaling.factor. Empty: no scaling.
+  std::vector<float> rope_freq_factors;  // (head_dim/2) or empty
+  std::string rope_scaling;              // "" (none), "linear", "rope_freqs" or "linear + rope_freqs"
   float rms_eps = 1e-6f;
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
@@ -186,6 +190,7 @@ class Model {
   std::unique_ptr<Matrix> lm_head_;     // (n_vocab, n_embd) F16
   std::unique_ptr<Matrix> embd_;        // (n_vocab, n_embd) W8; null when tied (lm_head used)
   Buffer output_norm_;                  // (n_embd) f32
+  Buffer rope_factors_;                 // (head_dim/2) f32: cfg_.rope_freq_factors; empty without scaling
 
   // Activations, sized for max_batch rows at load time.
   Buffer x_;          // (max_batch, n_embd) f32 residual stream

@@ -5,6 +5,8 @@
 #include "model/synth.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -78,6 +80,9 @@ void validate(const SynthConfig& c) {
                std::to_string(c.n_head_kv));
   }
   if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0) bad_config("n_embd and n_ff must be multiples of 32");
+  if (!c.rope_freqs.empty() && int(c.rope_freqs.size()) != c.n_embd / c.n_head / 2) {
+    bad_config("rope_freqs has " + std::to_string(c.rope_freqs.size()) + " values, expected head_dim/2");
+  }
 }
 
 // llama.cpp's choice of the layers that get more bits in the _M mixes.
@@ -236,6 +241,10 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 // Fills dst with the tensor's values, quantised to its type, a chunk of rows at a time.
 void generate_tensor(const SynthConfig& c, size_t index, const SynthTensor& t, uint8_t* dst) {
+  if (t.name == "rope_freqs.weight") {
+    std::memcpy(dst, c.rope_freqs.data(), c.rope_freqs.size() * sizeof(float));
+    return;
+  }
   float mean = 0, stddev = c.weight_std;
   if (ends_with(t.name, "_norm.weight")) {
     mean = 1.0f;
@@ -290,6 +299,30 @@ SynthConfig tiny_llama_test_model() {
   return c;
 }
 
+SynthConfig tiny_llama3_test_model() {
+  SynthConfig c = tiny_llama_test_model();
+  c.name = "Synthetic tiny llama 3";
+  c.rope_theta = 500000.0f;
+  c.weight_std = 0.1f;  // attention scores of a few units, so that how q and k turn shows in the logits
+  // Pair j keeps its frequency where its wavelength is under original/4 positions, is slowed 8 times
+  // where it is over original, and is interpolated between (the smooth ramp of Llama 3.1's
+  // scaling). Llama 3.1 has original = 8192; 64 here puts the ramp where a test's positions turn.
+  const double factor = 8, low = 1, high = 4, original = 64, pi = 3.14159265358979323846;
+  const int head_dim = c.n_embd / c.n_head;
+  for (int j = 0; j < head_dim / 2; ++j) {
+    const double wavelength = 2 * pi / std::pow(double(c.rope_theta), -2.0 * j / head_dim);
+    double f = 1;
+    if (wavelength > original / low) {
+      f = factor;
+    } else if (wavelength >= original / high) {
+      const double smooth = (original / wavelength - low) / (high - low);
+      f = 1 / ((1 - smooth) / factor + smooth);
+    }
+    c.rope_freqs.push_back(float(f));
+  }
+  return c;
+}
+
 std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
   validate(c);
   const int64_t n_embd = c.n_embd, n_ff = c.n_ff, n_vocab = c.n_vocab;
@@ -322,6 +355,7 @@ std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
   }
   add("output_norm.weight", GgmlType::F32, {n_embd});
   if (!c.tied) matrix("output.weight", Role::OutputMatrix, n_embd, n_vocab);   // (n_vocab, n_embd)
+  if (!c.rope_freqs.empty()) add("rope_freqs.weight", GgmlType::F32, {int64_t(c.rope_freqs.size())});  // (head_dim/2)
   return ts;
 }
 

@@ -44,6 +44,9 @@ struct SynthConfig {
   float rms_eps = 1e-6f;
   bool tied = true;            // no output.weight: the output projection reuses token_embd.weight
   bool qkv_bias = true;        // attn_q/k/v.bias tensors
+  // (head_dim/2) divisors of the rope frequencies, written as rope_freqs.weight (F32) as llama.cpp
+  // writes Llama 3.1's rope scaling; empty: no such tensor.
+  std::vector<float> rope_freqs;
   SynthMix mix = SynthMix::Q4_K_M;
   uint64_t seed = 0x7116e11a5eedull;
   float weight_std = 0.02f;    // standard deviation of the matrix weights
@@ -69,10 +72,16 @@ SynthConfig tiny_test_model();
 // The llama variant of tiny_test_model: arch "llama", untied output.weight, no q/k/v biases,
 // rope_theta 10000, rms_eps 1e-5.
 SynthConfig tiny_llama_test_model();
+// tiny_llama_test_model with Llama 3.1's rope scaling: rope_theta 500000 and rope_freqs.weight
+// computed as Llama 3.1's converter does (factor 8, low/high frequency factors 1 and 4), with an
+// original context of 64 instead of 8192 so that the scaling changes short prompts, and weights 5
+// times as large as tiny_llama_test_model's so that attention depends on where the heads turn.
+SynthConfig tiny_llama3_test_model();
 
 // The tensors the config declares, in file order: token_embd.weight, then per layer blk.N.
 // attn_norm, attn_q (+bias), attn_k (+bias), attn_v (+bias), attn_output, ffn_norm, ffn_gate,
-// ffn_up, ffn_down, then output_norm.weight and, when untied, output.weight. Throws GgufError when
+// ffn_up, ffn_down, then output_norm.weight, when untied output.weight, and rope_freqs.weight when
+// the config has rope_freqs. Throws GgufError when
 // the config is inconsistent (head counts, block sizes, vocabulary size).
 std::vector<SynthTensor> synth_tensors(const SynthConfig& c);
 

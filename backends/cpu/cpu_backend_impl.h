@@ -194,9 +194,10 @@ constexpr int kMaxHeadDim = 256;
 // out = fp16(x / sqrt(mean(x²) + eps) * weight) for m rows of n values (sum of squares in fp64).
 void rmsnorm_rows(const float* x, const float* weight, half_t* out, int64_t m, int64_t n, float eps);
 
-// Rope in place on m rows of n_heads heads; row r starts at x + r * row_stride.
+// Rope in place on m rows of n_heads heads; row r starts at x + r * row_stride. freq_factors:
+// (head_dim/2) divisors of the pairs' frequencies, or null.
 void rope_rows(float* x, int64_t row_stride, const int32_t* pos, int64_t m, int n_heads, int head_dim,
-               float theta, RopeMode mode);
+               float theta, const float* freq_factors, RopeMode mode);
 
 // Writes m rows of n_head_kv heads of k and v into the caches at rows pos[r]; input row r starts at
 // k + r * row_stride (and v + r * row_stride).

@@ -1,8 +1,10 @@
 // Rotary position embedding on the CPU, and the fused rope + KV append step.
 //
 // One parallel task per row: it computes cos and sin of the row's head_dim/2 angles once, in fp64
-// (angle_j = pos · theta^(-2j/head_dim), so a large position loses nothing to fp32 angle rounding),
-// and turns every head of the row by them, rounding the rotated pair to fp32.
+// (angle_j = pos · freq_j with freq_j = theta^(-2j/head_dim) / freq_factors[j], so a large position
+// loses nothing to fp32 angle rounding), and turns every head of the row by them, rounding the
+// rotated pair to fp32. The factors (rope scaling: Llama 3's rope_freqs, linear scaling) are
+// optional.
 #include <cmath>
 
 #include "backends/cpu/cpu_backend_impl.h"
@@ -10,14 +12,16 @@
 namespace tllm::cpu {
 
 void rope_rows(float* x, int64_t row_stride, const int32_t* pos, int64_t m, int n_heads, int head_dim,
-               float theta, RopeMode mode) {
+               float theta, const float* freq_factors, RopeMode mode) {
   TLLM_CPU_CHECK(head_dim % 2 == 0 && head_dim <= kMaxHeadDim);
   const int half_dim = head_dim / 2;
   // Per row: about 100 operations for each angle (pow, cos, sin) and 6 per rotated pair.
   parallel_for(m, int64_t(half_dim) * (100 + 6 * n_heads), [&](int64_t r) {
     double cos_j[kMaxHeadDim / 2], sin_j[kMaxHeadDim / 2];
     for (int j = 0; j < half_dim; ++j) {
-      const double angle = double(pos[r]) * std::pow(double(theta), -2.0 * j / head_dim);
+      double freq = std::pow(double(theta), -2.0 * j / head_dim);
+      if (freq_factors) freq /= double(freq_factors[j]);
+      const double angle = double(pos[r]) * freq;
       cos_j[j] = std::cos(angle);
       sin_j[j] = std::sin(angle);
     }
@@ -38,7 +42,8 @@ void rope_rows(float* x, int64_t row_stride, const int32_t* pos, int64_t m, int 
 void CpuBackend::rope(const RopeDesc& d) {
   TraceScope t(trace_, "rope");
   TLLM_CPU_CHECK(d.m >= 1 && d.n_heads >= 1 && d.x && d.pos);
-  rope_rows(d.x, int64_t(d.n_heads) * d.head_dim, d.pos, d.m, d.n_heads, d.head_dim, d.theta, d.mode);
+  rope_rows(d.x, int64_t(d.n_heads) * d.head_dim, d.pos, d.m, d.n_heads, d.head_dim, d.theta, d.freq_factors,
+            d.mode);
 }
 
 void CpuBackend::qkv_rope_append(const QkvRopeAppendDesc& d) {
@@ -49,7 +54,8 @@ void CpuBackend::qkv_rope_append(const QkvRopeAppendDesc& d) {
   // adjacent, so one rope pass over n_head + n_head_kv heads turns both.
   const int64_t hd = d.head_dim;
   const int64_t row_stride = (int64_t(d.n_head) + 2 * d.n_head_kv) * hd;
-  rope_rows(d.qkv, row_stride, d.pos, d.m, d.n_head + d.n_head_kv, d.head_dim, d.theta, d.mode);
+  rope_rows(d.qkv, row_stride, d.pos, d.m, d.n_head + d.n_head_kv, d.head_dim, d.theta, d.freq_factors,
+            d.mode);
   const float* k = d.qkv + d.n_head * hd;
   const float* v = k + d.n_head_kv * hd;
   kv_append_rows(k, v, row_stride, d.k_cache, d.v_cache, d.pos, d.m, d.n_head_kv, d.head_dim, d.n_ctx);

@@ -173,9 +173,11 @@ __device__ __forceinline__ T block_sum(T v, T* scratch) {
 
 // Rotary embedding as the CPU oracle computes it: pair j of a head turns by pos · frequency, the
 // angle with its cosine and sine in fp64 (an fp32 angle at position 30000 would be off by ~1e-3 rad),
-// the products unfused, each result rounded to fp32.
-__device__ __forceinline__ double rope_frequency(int j, int head_dim, float theta) {
-  return pow(double(theta), -2.0 * j / head_dim);
+// the products unfused, each result rounded to fp32. factors: (head_dim/2) divisors of the pairs'
+// frequencies (rope scaling), or null; model weights, so they may be read before a dependency wait.
+__device__ __forceinline__ double rope_frequency(int j, int head_dim, float theta, const float* factors) {
+  const double freq = pow(double(theta), -2.0 * j / head_dim);
+  return factors ? freq / double(factors[j]) : freq;
 }
 __device__ __forceinline__ void rope_turn(double v0, double v1, double c, double s, float& r0, float& r1) {
   r0 = float(__dsub_rn(__dmul_rn(v0, c), __dmul_rn(v1, s)));

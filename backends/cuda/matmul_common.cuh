@@ -14,6 +14,7 @@ struct RopeAppendArgs {
   __half* v_cache = nullptr;       // (n_head_kv, n_ctx, head_dim)
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_ctx = 0;
   float theta = 0;
+  const float* freq_factors = nullptr;  // (head_dim/2), or null
   bool neox = false;
 };
 
@@ -27,6 +28,7 @@ inline RopeAppendArgs rope_append_args(const QkvRopeAppendDesc& r) {
   a.head_dim = r.head_dim;
   a.n_ctx = r.n_ctx;
   a.theta = r.theta;
+  a.freq_factors = r.freq_factors;
   a.neox = r.mode == RopeMode::Neox;
   return a;
 }

@@ -455,7 +455,7 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
   if (kRope && threadIdx.x < kRopePairs) {
     const int pair = int(blockIdx.x) * kRopePairs + int(threadIdx.x);
     const int half = a.rope.head_dim >> 1;
-    freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta);
+    freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta, a.rope.freq_factors);
   }
   const bool writer = slice == 0 && lane == 0;
   GemvEpilogueInputs<kRows> epi;

@@ -482,7 +482,7 @@ __device__ __forceinline__ SmallRopePair small_rope_pair(const SmallArgs& a, int
 __device__ __forceinline__ double small_rope_frequency(const SmallArgs& a, int tiles_per_block) {
   const SmallRopePair q = small_rope_pair(a, tiles_per_block, int(threadIdx.x) % (tiles_per_block * 8));
   const int d = q.c0 % a.rope.head_dim;
-  return rope_frequency(a.rope.neox ? d : d >> 1, a.rope.head_dim, a.rope.theta);
+  return rope_frequency(a.rope.neox ? d : d >> 1, a.rope.head_dim, a.rope.theta, a.rope.freq_factors);
 }
 
 // The rope epilogue: slice 0 of each tile leaves its sums (+ bias) in shared memory (vals, aliasing

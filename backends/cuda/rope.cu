@@ -1,8 +1,9 @@
 // Rotary position embedding, in place on fp32 heads, and the fused rope + KV append of decode and
 // prefill.
 //
-//   rope_kernel      one block per row: the row's head_dim/2 angles pos · theta^(-2j/head_dim) and
-//                    their cosine and sine are computed once, in fp64 (as the CPU oracle does: an fp32
+//   rope_kernel      one block per row: the row's head_dim/2 angles pos · theta^(-2j/head_dim)
+//                    (divided by the optional per-pair frequency factors of rope scaling) and their
+//                    cosine and sine are computed once, in fp64 (as the CPU oracle does: an fp32
 //                    angle at position 30000 would be off by ~1e-3 rad), into shared memory; then
 //                    every thread turns (head, pair) items, the rotation in fp64 rounded to fp32.
 //                    Normal pairs are (2j, 2j+1), Neox pairs (j, j + head_dim/2).
@@ -26,6 +27,7 @@ struct RopeArgs {
   int n_rot = 0;                  // heads turned per row
   int head_dim = 0;
   float theta = 0;
+  const float* freq_factors = nullptr;  // (head_dim/2), or null
   bool neox = false;
   // Fused append: heads [n_head, n_head + n_head_kv) of the row are k, the next n_head_kv are v.
   __half* k_cache = nullptr;      // (n_head_kv, n_ctx, head_dim), or null: rope only
@@ -42,7 +44,7 @@ __device__ __forceinline__ void rope_row(const RopeArgs& a) {
   const int items = a.n_rot * half;
   // The frequencies need no memory: computed while the previous kernel finishes.
   const int j0 = threadIdx.x;
-  const double freq = j0 < half ? rope_frequency(j0, a.head_dim, a.theta) : 0.0;
+  const double freq = j0 < half ? rope_frequency(j0, a.head_dim, a.theta, a.freq_factors) : 0.0;
   grid_dependency_wait();
   allow_dependent_launch();
 
@@ -122,6 +124,7 @@ void CudaBackend::rope(const RopeDesc& d) {
   a.n_rot = d.n_heads;
   a.head_dim = d.head_dim;
   a.theta = d.theta;
+  a.freq_factors = d.freq_factors;
   a.neox = d.mode == RopeMode::Neox;
   launch(rope_kernel, dim3(unsigned(d.m)), dim3(kRopeThreads), 0, a);
 }
@@ -138,6 +141,7 @@ void CudaBackend::qkv_rope_append(const QkvRopeAppendDesc& d) {
   a.n_rot = d.n_head + d.n_head_kv;
   a.head_dim = d.head_dim;
   a.theta = d.theta;
+  a.freq_factors = d.freq_factors;
   a.neox = d.mode == RopeMode::Neox;
   a.k_cache = reinterpret_cast<__half*>(d.k_cache);
   a.v_cache = reinterpret_cast<__half*>(d.v_cache);

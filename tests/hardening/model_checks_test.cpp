@@ -107,6 +107,19 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
   add("rope-theta-zero", set_key(a + "rope.freq_base", f32_value(0.0f)), Stage::Config, "rope.freq_base must be > 1");
   add("rope-theta-nan", set_key(a + "rope.freq_base", f32_value(std::nanf(""))), Stage::Config,
       "rope.freq_base must be > 1");
+  add("rope-scaling-yarn", set_key(a + "rope.scaling.type", string_value("yarn")), Stage::Config,
+      "rope scaling type 'yarn' is not supported");
+  add("rope-scaling-factor-negative", set_key(a + "rope.scaling.factor", f32_value(-2.0f)), Stage::Config,
+      "metadata 'qwen2.rope.scaling.factor' = -2 is out of range");
+  add("rope-scale-linear-nan", set_key(a + "rope.scale_linear", f32_value(std::nanf(""))), Stage::Config,
+      "metadata 'qwen2.rope.scale_linear' = nan is out of range");
+  {
+    ModelEdit e;
+    e.add_tensors["rope_freqs.weight"] = {GgmlType::F32, {5}};
+    add("rope-freqs-misshaped", e, Stage::Config, "tensor 'rope_freqs.weight' has shape {5}, expected {8}");
+    e.add_tensors["rope_freqs.weight"] = {GgmlType::F32, {8}};
+    add("rope-freqs-zero", e, Stage::Config, "tensor 'rope_freqs.weight' holds a value that is not finite and > 0");
+  }
   add("rms-eps-negative", set_key(a + "attention.layer_norm_rms_epsilon", f32_value(-1.0f)), Stage::Config,
       "layer_norm_rms_epsilon must be in (0, 1]");
 
@@ -214,6 +227,33 @@ TEST(ModelChecks, AnUneditedRewriteRuns) {
   expect_success(r[0]);
   EXPECT_TRUE(expect_inspect_outcome(r[0], path));
   expect_success(r[1]);
+}
+
+// Linear rope scaling as llama.cpp reads it: the factor divides every frequency, with type linear
+// or with no type; type none turns it off.
+TEST(ModelChecks, LinearRopeScalingIsRead) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string a = "qwen2.";
+  struct Case {
+    ModelEdit edit;
+    std::vector<float> factors;
+    std::string scaling;
+  };
+  ModelEdit linear = set_key(a + "rope.scaling.type", string_value("linear"));
+  linear.set_keys[a + "rope.scaling.factor"] = f32_value(4.0f);
+  ModelEdit none = linear;
+  none.set_keys[a + "rope.scaling.type"] = string_value("none");
+  const std::vector<Case> cases = {{linear, std::vector<float>(8, 4.0f), "linear"},
+                                   {set_key(a + "rope.scale_linear", f32_value(2.0f)), std::vector<float>(8, 2.0f), "linear"},
+                                   {none, {}, ""}};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = dir.file("scaling" + std::to_string(i) + ".gguf");
+    write_edited(*base, path, cases[i].edit);
+    const ModelConfig c = read_model_config(*GgufFile::open(path));
+    EXPECT_EQ(c.rope_freq_factors, cases[i].factors) << "case " << i;
+    EXPECT_EQ(c.rope_scaling, cases[i].scaling) << "case " << i;
+  }
 }
 
 TEST(ModelChecks, EveryViolationIsRejectedInProcessBeforeAllocating) {

@@ -33,7 +33,10 @@ std::string synth_file(const std::string& preset) {
   const fs::path dir = fs::path(TLLM_BINARY_DIR) / "tests";
   fs::create_directories(dir);
   const fs::path path = dir / ("model-test-" + preset + ".gguf");
-  SynthConfig c = preset == "qwen2" ? tiny_test_model() : preset == "llama" ? tiny_llama_test_model() : qwen25_05b_q4km();
+  SynthConfig c = preset == "qwen2"    ? tiny_test_model()
+                  : preset == "llama"  ? tiny_llama_test_model()
+                  : preset == "llama3" ? tiny_llama3_test_model()
+                                       : qwen25_05b_q4km();
   write_synth_model(c, path.string(), {});
   return made[preset] = path.string();
 }
@@ -378,7 +381,7 @@ TEST_P(ModelTest, ContextLimitsAreEnforced) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelTest,
-                         ::testing::Combine(::testing::Values("qwen2", "llama"), ::testing::Values("cpu", "cuda")),
+                         ::testing::Combine(::testing::Values("qwen2", "llama", "llama3"), ::testing::Values("cpu", "cuda")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST(ModelConfigTest, ReadsTheBenchmarkShapes) {
@@ -396,6 +399,39 @@ TEST(ModelConfigTest, ReadsTheBenchmarkShapes) {
   EXPECT_EQ(d.rope_mode, RopeMode::Normal);
   EXPECT_FALSE(d.tied_embeddings);
   EXPECT_FALSE(d.qkv_bias);
+  EXPECT_TRUE(d.rope_freq_factors.empty());
+  EXPECT_EQ(d.rope_scaling, "");
+}
+
+TEST(ModelConfigTest, ReadsTheRopeFrequencyFactors) {
+  auto f = GgufFile::open(synth_file("llama3"));
+  const ModelConfig c = read_model_config(*f);
+  EXPECT_EQ(c.rope_freq_factors, tiny_llama3_test_model().rope_freqs);
+  EXPECT_EQ(c.rope_scaling, "rope_freqs");
+  // The preset's ramp: the fastest pair keeps its frequency, the slowest is slowed 8 times.
+  ASSERT_EQ(c.rope_freq_factors.size(), size_t(c.head_dim / 2));
+  EXPECT_EQ(c.rope_freq_factors.front(), 1.0f);
+  EXPECT_EQ(c.rope_freq_factors.back(), 8.0f);
+}
+
+// tiny-llama3 against the same file without rope_freqs.weight: position 0 is not turned, so the
+// first row's logits agree to the bit, and the later rows differ.
+TEST(ModelRopeScalingTest, ChangesEveryPositionButTheFirst) {
+  SynthConfig unscaled = tiny_llama3_test_model();
+  unscaled.rope_freqs.clear();
+  const fs::path path = fs::path(TLLM_BINARY_DIR) / "tests" / "model-test-llama3-unscaled.gguf";
+  write_synth_model(unscaled, path.string(), {});
+  Loaded plain = load(path.string(), "cpu");
+  Loaded scaled = load(synth_file("llama3"), "cpu");
+  const int V = plain.model->config().n_vocab;
+  const auto toks = test_prompt(8, V);
+  const std::vector<float> a = all_logits(*plain.model, toks), b = all_logits(*scaled.model, toks);
+  EXPECT_TRUE(std::equal(a.begin(), a.begin() + V, b.begin())) << "row 0";
+  for (size_t r = 1; r < toks.size(); ++r) {
+    const std::vector<float> ra(a.begin() + long(r) * V, a.begin() + long(r + 1) * V);
+    const std::vector<float> rb(b.begin() + long(r) * V, b.begin() + long(r + 1) * V);
+    EXPECT_GT(max_abs_diff(ra, rb), 1e-3f) << "row " << r << " is unchanged by the rope scaling";
+  }
 }
 
 TEST(ModelConfigTest, FootprintOfTheBenchmarkModelFitsTheBudget) {
@@ -539,6 +575,25 @@ TEST(CudaEndToEnd, SyntheticQwen25LogitsMatchCpu_cuda) {
   for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), 30, 0);
   expect_same_top1_and_close(last_logits(*cpu.model), last_logits(*gpu.model), cpu.model->config().n_vocab,
                              "synthetic Qwen2.5-0.5B, last row of 30");
+}
+
+// A Llama 3 model's rope scaling (rope_freqs.weight) on CUDA as on the CPU oracle: a prompt's
+// logits, then decode steps fed the oracle's tokens.
+TEST(CudaEndToEnd, TinyLlama3RopeScalingMatchesCpu_cuda) {
+  if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
+  const std::string path = synth_file("llama3");
+  Loaded cpu = load(path, "cpu", 256, 64);
+  Loaded gpu = load(path, "cuda", 256, 64);
+  const int V = cpu.model->config().n_vocab;
+  const auto toks = test_prompt(40, V);
+  expect_same_top1_and_close(all_logits(*cpu.model, toks), all_logits(*gpu.model, toks), V, "tiny llama 3 prompt");
+  int32_t t = cpu.model->argmax();
+  for (int pos = int(toks.size()); pos < int(toks.size()) + 16; ++pos) {
+    for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
+    const std::vector<float> a = last_logits(*cpu.model);
+    expect_same_top1_and_close(a, last_logits(*gpu.model), V, "tiny llama 3 decode at " + std::to_string(pos));
+    t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+  }
 }
 
 // Decode across the ends of context classes (Model::kShortDecodeRows, doubling up to n_ctx): the

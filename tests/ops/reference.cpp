@@ -55,14 +55,15 @@ std::vector<double> rmsnorm(const std::vector<float>& x, const std::vector<float
 }
 
 std::vector<double> rope(const std::vector<float>& x, const std::vector<int32_t>& pos, int n_heads,
-                         int head_dim, float theta, RopeMode mode) {
+                         int head_dim, float theta, RopeMode mode, const std::vector<float>& factors) {
   std::vector<double> out(x.begin(), x.end());
   const int half_dim = head_dim / 2;
   for (size_t r = 0; r < pos.size(); ++r) {
     for (int h = 0; h < n_heads; ++h) {
       double* head = out.data() + (r * size_t(n_heads) + size_t(h)) * size_t(head_dim);
       for (int j = 0; j < half_dim; ++j) {
-        const double angle = double(pos[r]) * std::pow(double(theta), -2.0 * j / head_dim);
+        const double divisor = factors.empty() ? 1.0 : double(factors[size_t(j)]);
+        const double angle = double(pos[r]) * std::pow(double(theta), -2.0 * j / head_dim) / divisor;
         const int a = mode == RopeMode::Normal ? 2 * j : j;
         const int b = mode == RopeMode::Normal ? 2 * j + 1 : j + half_dim;
         const double xa = head[a], xb = head[b];

@@ -25,10 +25,11 @@ std::vector<double> matmul(const std::vector<float>& w, int64_t n, int64_t k, co
 std::vector<double> rmsnorm(const std::vector<float>& x, const std::vector<float>& weight, int64_t m,
                             int64_t n, float eps);
 
-// Rope on m rows of n_heads heads: pair j of a head turns by pos · theta^(-2j/head_dim); pairs are
-// (2j, 2j+1) for Normal and (j, j + head_dim/2) for Neox.
+// Rope on m rows of n_heads heads: pair j of a head turns by pos · theta^(-2j/head_dim), divided by
+// factors[j] when factors are given (head_dim/2 of them); pairs are (2j, 2j+1) for Normal and
+// (j, j + head_dim/2) for Neox.
 std::vector<double> rope(const std::vector<float>& x, const std::vector<int32_t>& pos, int n_heads,
-                         int head_dim, float theta, RopeMode mode);
+                         int head_dim, float theta, RopeMode mode, const std::vector<float>& factors = {});
 
 // Writes rows of k and v (m, n_head_kv, head_dim) as fp16 into the (n_head_kv, n_ctx, head_dim)
 // caches at rows pos.

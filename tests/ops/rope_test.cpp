@@ -1,5 +1,6 @@
-// Conformance of rope (both pair layouts, several positions and theta) and of the fused
-// qkv_rope_append, against the reference of rope followed by kv_append.
+// Conformance of rope (both pair layouts, several positions and theta, with and without the
+// per-pair frequency factors of rope scaling) and of the fused qkv_rope_append, against the
+// reference of rope followed by kv_append.
 //
 // Tolerance of a rotated pair of norm r: r · (1e-5 + 1e-6 · pos). The rotation itself costs a few
 // fp32 ULP of r (1e-5 leaves room); the angle pos · theta^(-2j/head_dim) computed in fp32 and a
@@ -12,6 +13,18 @@
 
 namespace tllm::test {
 namespace {
+
+// Frequency factors of the shape Llama 3.1's rope scaling gives (factor 8, 8192 original context):
+// 1 for the fast pairs, 8 for the slow ones, a smooth ramp between.
+std::vector<float> llama3_factors(int head_dim) {
+  const int half = head_dim / 2;
+  std::vector<float> f(static_cast<size_t>(half));
+  for (int j = 0; j < half; ++j) {
+    const double t = double(j) / double(half - 1);
+    f[size_t(j)] = t < 0.4 ? 1.0f : t > 0.8 ? 8.0f : float(1.0 + 7.0 * (t - 0.4) / 0.4);
+  }
+  return f;
+}
 
 // Tolerances for rows of n_heads heads laid out as in `x` (rows of row_stride values, heads at the
 // start of each row), per the rule above; values outside the heads get 0.
@@ -34,9 +47,10 @@ std::vector<double> rope_tolerance(const std::vector<float>& x, int64_t row_stri
 
 class RopeTest : public OpsTest {
  protected:
-  void check(Rng& rng, int n_heads, int head_dim, const std::vector<int32_t>& pos, float theta, RopeMode mode) {
+  void check(Rng& rng, int n_heads, int head_dim, const std::vector<int32_t>& pos, float theta, RopeMode mode,
+             const std::vector<float>& factors = {}) {
     const std::vector<float> x = random_floats(rng, pos.size() * size_t(n_heads) * size_t(head_dim), -2.0f, 2.0f);
-    Buffer xb = upload(x), pb = upload(pos);
+    Buffer xb = upload(x), pb = upload(pos), fb = factors.empty() ? Buffer() : upload(factors);
     RopeDesc d;
     d.x = xb.as<float>();
     d.pos = pb.as<int32_t>();
@@ -44,13 +58,14 @@ class RopeTest : public OpsTest {
     d.n_heads = n_heads;
     d.head_dim = head_dim;
     d.theta = theta;
+    d.freq_factors = factors.empty() ? nullptr : fb.as<float>();
     d.mode = mode;
     be().rope(d);
-    const std::vector<double> want = ref::rope(x, pos, n_heads, head_dim, theta, mode);
+    const std::vector<double> want = ref::rope(x, pos, n_heads, head_dim, theta, mode, factors);
     EXPECT_TRUE(all_close(download<float>(xb), want,
                           rope_tolerance(x, int64_t(n_heads) * head_dim, pos, n_heads, head_dim, mode)))
         << (mode == RopeMode::Normal ? "normal" : "neox") << " n_heads=" << n_heads << " head_dim=" << head_dim
-        << " theta=" << theta << " first pos=" << pos[0];
+        << " theta=" << theta << " first pos=" << pos[0] << (factors.empty() ? "" : " with factors");
   }
 };
 TLLM_OPS_INSTANTIATE(RopeTest);
@@ -72,11 +87,18 @@ TEST_P(RopeTest, Neox) {
   check(rng, 1, 8, {32767}, 10000.0f, RopeMode::Neox);  // the largest Qwen2.5 position, a tiny head
 }
 
+TEST_P(RopeTest, FrequencyFactors) {
+  Rng rng(803);
+  check(rng, 32, 64, {0, 1, 4095, 100000}, 500000.0f, RopeMode::Normal, llama3_factors(64));  // Llama 3.2 1B
+  check(rng, 24, 128, {7, 20000}, 500000.0f, RopeMode::Normal, llama3_factors(128));
+  check(rng, 14, 64, {3, 30000}, 1000000.0f, RopeMode::Neox, std::vector<float>(32, 4.0f));  // linear, factor 4
+}
+
 // qkv_rope_append against rope on the q and k heads followed by kv_append of k and v.
 class QkvRopeAppendTest : public OpsTest {
  protected:
   void check(Rng& rng, int n_head, int n_head_kv, int head_dim, int n_ctx, const std::vector<int32_t>& pos,
-             float theta, RopeMode mode) {
+             float theta, RopeMode mode, const std::vector<float>& factors = {}) {
     const int64_t m = int64_t(pos.size());
     const int64_t q_dim = int64_t(n_head) * head_dim, kv_dim = int64_t(n_head_kv) * head_dim;
     const int64_t row = q_dim + 2 * kv_dim;
@@ -84,6 +106,7 @@ class QkvRopeAppendTest : public OpsTest {
     std::vector<half_t> k_cache = random_halves(rng, size_t(n_ctx * kv_dim), -1.0f, 1.0f);
     std::vector<half_t> v_cache = random_halves(rng, size_t(n_ctx * kv_dim), -1.0f, 1.0f);
     Buffer qb = upload(qkv), pb = upload(pos), kc = upload(k_cache), vc = upload(v_cache);
+    Buffer fb = factors.empty() ? Buffer() : upload(factors);
     QkvRopeAppendDesc d;
     d.qkv = qb.as<float>();
     d.pos = pb.as<int32_t>();
@@ -95,6 +118,7 @@ class QkvRopeAppendTest : public OpsTest {
     d.head_dim = head_dim;
     d.n_ctx = n_ctx;
     d.theta = theta;
+    d.freq_factors = factors.empty() ? nullptr : fb.as<float>();
     d.mode = mode;
     be().qkv_rope_append(d);
 
@@ -106,8 +130,8 @@ class QkvRopeAppendTest : public OpsTest {
       k.insert(k.end(), p + q_dim, p + q_dim + kv_dim);
       v.insert(v.end(), p + q_dim + kv_dim, p + row);
     }
-    const std::vector<double> q_ref = ref::rope(q, pos, n_head, head_dim, theta, mode);
-    const std::vector<double> k_ref = ref::rope(k, pos, n_head_kv, head_dim, theta, mode);
+    const std::vector<double> q_ref = ref::rope(q, pos, n_head, head_dim, theta, mode, factors);
+    const std::vector<double> k_ref = ref::rope(k, pos, n_head_kv, head_dim, theta, mode, factors);
     // qkv after the op: q and k roped (q and k heads are adjacent, so one tolerance pass covers
     // both), v untouched (tolerance 0).
     std::vector<double> want(qkv.begin(), qkv.end());
@@ -151,6 +175,12 @@ TEST_P(QkvRopeAppendTest, Prefill) {
   Rng rng(812);
   check(rng, 14, 2, 64, 64, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 1000000.0f, RopeMode::Neox);
   check(rng, 9, 3, 64, 300, {200, 201, 202, 203, 204}, 100000.0f, RopeMode::Normal);
+}
+
+TEST_P(QkvRopeAppendTest, FrequencyFactors) {
+  Rng rng(814);
+  check(rng, 32, 8, 64, 300, {0, 1, 299}, 500000.0f, RopeMode::Normal, llama3_factors(64));
+  check(rng, 14, 2, 64, 64, {40}, 1000000.0f, RopeMode::Neox, llama3_factors(64));
 }
 
 // The QkvRopeAppend epilogue of matmul against the same backend's plain matmul followed by
@@ -224,13 +254,16 @@ class MatmulRopeEpilogueTest : public OpsTest {
   }
 
   void check(Rng& rng, WeightType type, int n_head, int n_head_kv, int head_dim, int64_t k,
-             const std::vector<int32_t>& pos, RopeMode mode, int64_t advance_n = 0) {
+             const std::vector<int32_t>& pos, RopeMode mode, int64_t advance_n = 0,
+             const std::vector<float>& factors = {}) {
+    Buffer fb = factors.empty() ? Buffer() : upload(factors);
     QkvRopeAppendDesc shape;
     shape.n_head = n_head;
     shape.n_head_kv = n_head_kv;
     shape.head_dim = head_dim;
     shape.n_ctx = 64;
     shape.theta = 1000000.0f;
+    shape.freq_factors = factors.empty() ? nullptr : fb.as<float>();
     shape.mode = mode;
     const int64_t n = (int64_t(n_head) + 2 * n_head_kv) * head_dim, m = int64_t(pos.size());
     const HostWeights w = type == WeightType::W8 ? random_w8(rng, n, k) : random_f16(rng, n, k);
@@ -242,7 +275,8 @@ class MatmulRopeEpilogueTest : public OpsTest {
     const std::string what = std::string(weight_type_name(type)) + " heads " + std::to_string(n_head) + "+" +
                              std::to_string(n_head_kv) + " head_dim " + std::to_string(head_dim) + " k " +
                              std::to_string(k) + " m " + std::to_string(m) +
-                             (advance_n > 0 ? " position advanced by an argmax" : "");
+                             (advance_n > 0 ? " position advanced by an argmax" : "") +
+                             (factors.empty() ? "" : " with frequency factors");
     EXPECT_TRUE(all_equal(got.y, want.y)) << what << ": qkv rows";
     EXPECT_TRUE(all_equal(got.k_cache, want.k_cache)) << what << ": k cache";
     EXPECT_TRUE(all_equal(got.v_cache, want.v_cache)) << what << ": v cache";
@@ -279,6 +313,19 @@ TEST_P(MatmulRopeEpilogueTest, PositionAdvancedByThePreviousOp) {
   Rng rng(815);
   for (int32_t p : {1, 37, 63}) check(rng, WeightType::W8, 14, 2, 64, 896, {p}, RopeMode::Neox, int64_t(1) << 22);
   check(rng, WeightType::F16, 9, 3, 64, 96, {20}, RopeMode::Normal, int64_t(1) << 22);
+}
+
+// The fused forms read the rope scaling's frequency factors as the op sequence does: the decode
+// projection (m = 1), the short-prompt path (m <= 64) and the long-row path that runs unfused.
+TEST_P(MatmulRopeEpilogueTest, FrequencyFactors) {
+  Rng rng(816);
+  for (WeightType type : {WeightType::W8, WeightType::F16}) {
+    check(rng, type, 14, 2, 64, 896, {37}, RopeMode::Neox, 0, llama3_factors(64));
+    check(rng, type, 9, 3, 64, 96, {63}, RopeMode::Normal, 0, llama3_factors(64));
+    check(rng, type, 3, 1, 128, 160, positions(1, 40), RopeMode::Normal, 0, llama3_factors(128));
+    check(rng, type, 14, 2, 64, 896, positions(3, 30), RopeMode::Neox, 0, llama3_factors(64));
+    check(rng, type, 4, 2, 64, 8192, {9}, RopeMode::Neox, 0, llama3_factors(64));
+  }
 }
 
 }  // namespace
