@@ -106,7 +106,6 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {{t, "chat", "-m", m, "--ctx", "0"}, {"--ctx"}},
       {{t, "chat", "-m", m, "--backend", "tpu"}, {"--backend"}},
       {{t, "generate", "-m", m, m, "-p", "hi"}, {"not expected", m}},
-      {{t, "generate", "-p", "hi"}, {"--model is required"}},
       {{t, "inspect"}, {"--model is required"}},
       {{t, "inspect", dir.file("absent.gguf")}, {dir.file("absent.gguf"), "cannot open"}},
       {{t, "tokenize", "-m", m}, {"give a TEXT or --file"}},
