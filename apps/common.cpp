@@ -1,9 +1,12 @@
 #include "apps/common.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
@@ -11,6 +14,12 @@
 #include "model/synth.h"
 
 namespace tllm {
+
+namespace {
+const char* g_program = "tiny-llm";  // set by run_main, for warnings and notes
+}  // namespace
+
+void warn(const std::string& what) { std::fprintf(stderr, "%s: warning: %s\n", g_program, what.c_str()); }
 
 std::string default_backend_name() { return backend_available("cuda") ? "cuda" : "cpu"; }
 
@@ -57,12 +66,59 @@ void Progress::update(size_t done, size_t total) {
 }
 
 
+std::unique_ptr<Tokenizer> load_tokenizer(const GgufFile& f) {
+  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(f);
+  if (!f.find("tokenizer.ggml.pre")) {
+    warn(f.path() + ": tokenizer.ggml.pre is missing; assuming the gpt-2 pre-tokenizer ('default')");
+  }
+  return tok;
+}
+
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text, bool parse_special) {
+  std::vector<int32_t> ids = tok.encode(text, parse_special);
+  if (tok.add_bos() && tok.bos_id() >= 0 && (ids.empty() || ids[0] != tok.bos_id())) ids.insert(ids.begin(), tok.bos_id());
+  return ids;
+}
+
+std::string context_advice(const Model& model) {
+  const int train = model.config().n_ctx_train;
+  if (model.n_ctx() >= train) {
+    return "the model's trained context is " + std::to_string(train) + " tokens, so --ctx cannot go higher";
+  }
+  return "raise --ctx (up to " + std::to_string(train) + ", the model's trained context)";
+}
+
+void check_output_path(const std::string& path, const std::string& option, bool regular_only) {
+  namespace fs = std::filesystem;
+  if (path.empty()) throw AppError(option + ": the output path is empty");
+  const std::string cannot = path + ": cannot open for writing (" + option + "): ";
+  const fs::path p(path);
+  std::error_code ec;
+  const fs::file_status st = fs::status(p, ec);
+  if (fs::is_directory(st) || !p.has_filename()) throw AppError(cannot + "it is a folder");
+  const bool exists = fs::exists(st);
+  if (exists && regular_only && !fs::is_regular_file(st)) {
+    throw AppError(cannot + "it exists and is not a regular file, which this output would replace");
+  }
+  if (exists && access(path.c_str(), W_OK) != 0) throw AppError(cannot + std::strerror(errno));
+  // A new file, or one replaced through a temporary file beside it, needs a writable folder.
+  if (!exists || regular_only) {
+    const fs::path dir = p.has_parent_path() ? p.parent_path() : fs::path(".");
+    if (!fs::is_directory(dir, ec)) throw AppError(cannot + "the folder " + dir.string() + " does not exist");
+    if (access(dir.c_str(), W_OK) != 0) throw AppError(cannot + "the folder " + dir.string() + ": " + std::strerror(errno));
+  }
+}
+
 LoadedModel load_model(const ModelRequest& req) {
   LoadedModel lm;
   lm.file = GgufFile::open(req.path);
   const ModelConfig cfg = read_model_config(*lm.file);
+  if (req.n_ctx_given && req.n_ctx > cfg.n_ctx_train && !req.quiet) {
+    std::fprintf(stderr, "%s: note: --ctx %d is above the model's trained context of %d tokens; using %d\n", g_program,
+                 req.n_ctx, cfg.n_ctx_train, cfg.n_ctx_train);
+  }
   // The tokenizer is checked before the weights are converted, so a bad vocabulary fails fast.
-  if (req.need_tokenizer) lm.tokenizer = Tokenizer::from_gguf(*lm.file);
+  if (req.need_tokenizer) lm.tokenizer = load_tokenizer(*lm.file);
   const std::string be_name = req.backend == "auto" ? default_backend_name() : req.backend;
   lm.backend = create_backend(be_name);
   lm.backend->set_step_capture(req.graphs);
@@ -115,6 +171,12 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
+    // CLI11 checks for required options and subcommands before it reports arguments it did not
+    // recognise, so `tiny_llm --bogus` would say only that a subcommand is required: name the argument.
+    const std::vector<std::string> unknown = app.remaining(/*recurse=*/true);
+    if (dynamic_cast<const CLI::RequiredError*>(&e) && !unknown.empty()) {
+      what = "unknown option or subcommand '" + unknown.front() + "'";
+    }
     while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
     for (char& ch : what) {
       if (ch == '\n') ch = ' ';
@@ -125,9 +187,37 @@ int parse_cli(CLI::App& app, int argc, char** argv) {
   return -1;
 }
 
+void flush_stdout() {
+  const bool flushed = std::fflush(stdout) == 0;
+  const int err = errno;
+  if (flushed && !std::ferror(stdout)) return;
+  // When an earlier write failed (the stream's error flag), errno is still that write's, as nothing
+  // since has failed; EIO if something reset it.
+  throw AppError(std::string("writing the output failed: ") + std::strerror(err != 0 ? err : EIO));
+}
+
+namespace {
+// Opens /dev/null on fd 0, 1 or 2 when it is closed: otherwise the next file opened (a model, a
+// temporary output) would get that number, and reads from stdin or writes to stderr would use it.
+void open_closed_standard_fds() {
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    const int got = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (got >= 0 && got != fd) {  // only when a lower number was closed too, which the loop fills first
+      dup2(got, fd);
+      close(got);
+    }
+  }
+}
+}  // namespace
+
 int run_main(const char* program, int (*body)(int, char**), int argc, char** argv) {
+  g_program = program;
+  open_closed_standard_fds();
   try {
-    return body(argc, argv);
+    const int rc = body(argc, argv);
+    flush_stdout();
+    return rc;
   } catch (const std::exception& e) {
     // Messages can quote text from a file: control characters would break the one-line report.
     std::string what = e.what();

@@ -53,6 +53,7 @@ struct ModelRequest {
   std::string path;
   std::string backend = "auto";  // "auto", "cpu" or "cuda"
   int n_ctx = 4096;
+  bool n_ctx_given = false;      // --ctx was on the command line: note on stderr when the model caps it
   int max_batch = 512;
   bool graphs = true;            // CUDA Graph decode where the backend supports it
   bool quiet = false;            // no progress on stderr
@@ -60,8 +61,28 @@ struct ModelRequest {
 };
 
 // Opens the file, creates the backend, checks the model fits (sizes in the message when not),
-// uploads the weights with progress on stderr, and loads the tokenizer.
+// uploads the weights with progress on stderr, and loads the tokenizer. A --ctx above the model's
+// trained context is capped there, with a note on stderr unless quiet.
 LoadedModel load_model(const ModelRequest& req);
+
+// Tokenizer::from_gguf, with a warning on stderr when the file names no pre-tokenizer.
+std::unique_ptr<Tokenizer> load_tokenizer(const GgufFile& f);
+
+// The tokens of a prompt that starts a context: a BOS first when the tokenizer asks for one
+// (tokenizer.ggml.add_bos_token) and the text does not already begin with it.
+std::vector<int32_t> encode_prompt(const Tokenizer& tok, const std::string& text, bool parse_special);
+
+// What a user can do about a prompt that does not fit `model`'s context: raise --ctx, up to the
+// trained context, or, once --ctx is there, shorten the prompt.
+std::string context_advice(const Model& model);
+
+// Checks, before any work, that `path` (the value of `option`) can be written: not empty, not a
+// folder, in a folder that exists and is writable, and writable itself if it exists. With
+// `regular_only`, an existing file that is not a regular file (a device, a pipe) is refused too.
+void check_output_path(const std::string& path, const std::string& option, bool regular_only);
+
+// A warning on stderr, one line: "<program>: warning: <what>".
+void warn(const std::string& what);
 
 // The synthetic Qwen2.5-0.5B-Instruct Q4_K_M model used when a benchmark names no model: written
 // once into the cache folder ($TINY_LLM_CACHE, else $XDG_CACHE_HOME/tiny-llm, else ~/.cache/tiny-llm)
@@ -81,8 +102,14 @@ class Progress {
   int last_percent_ = -1;
 };
 
-// Runs `body` and turns every failure into a one-line message on stderr and exit code 1.
+// Runs `body` and turns every failure into a one-line message on stderr and exit code 1. Before
+// it, a closed stdin, stdout or stderr is opened on /dev/null, so that no file the program opens
+// takes its number; after it, output that could not be written is such a failure.
 int run_main(const char* program, int (*body)(int, char**), int argc, char** argv);
+
+// Flushes stdout; throws AppError("writing the output failed: <reason>") when it or an earlier
+// write to it failed.
+void flush_stdout();
 
 // Parses argv with CLI11: --help prints help and returns 0; a parse error prints one line
 // ("<program>: error: <what>; see --help") and returns 1; -1 means parsing succeeded.

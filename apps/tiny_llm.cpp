@@ -5,9 +5,11 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 
 #include "apps/common.h"
@@ -27,6 +29,11 @@ struct RunOptions {
   std::string system;
   bool no_graphs = false;
   bool stats = false;
+  bool no_special = false;  // special-token text in the prompt is plain text
+  CLI::Option* ctx_opt = nullptr;
+  CLI::Option* seed_opt = nullptr;            // null where the subcommand samples nothing (logits)
+  // Options that change nothing at temperature 0 (--repeat-penalty does: it applies before the argmax).
+  std::vector<CLI::Option*> sampling_only;
 };
 
 // A seed is a decimal integer in [0, 2^64); CLI11 alone would wrap "-1" and saturate larger values.
@@ -42,11 +49,24 @@ CLI::Validator seed_validator() {
       "UINT64");
 }
 
+// The model is `-m FILE` or a bare FILE, one of them; require_model_path checks one was given, since
+// CLI11's required() would print REQUIRED on both forms.
+CLI::Option* add_model_path(CLI::App* app, std::string& path) {
+  return app->add_option("-m,--model,model", path, "model: -m FILE or FILE (one of them), a GGUF file");
+}
+
+void require_model_path(const std::string& path) {
+  if (path.empty()) throw AppError("--model is required: give -m FILE or a bare FILE");
+}
+
 void add_model_options(CLI::App* app, RunOptions& o) {
-  app->add_option("-m,--model,model", o.req.path, "GGUF model file")->required();
+  add_model_path(app, o.req.path);
   app->add_option("--backend", o.req.backend, "compute backend: auto (cuda when a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  app->add_option("--ctx", o.req.n_ctx, "context size in tokens (KV cache rows)")->check(CLI::Range(1, 1 << 20));
+  o.ctx_opt = app->add_option("--ctx", o.req.n_ctx,
+                              "context size in tokens (KV cache rows); at most the model's trained context, where a "
+                              "larger value is capped with a note")
+                  ->check(CLI::Range(1, 1 << 20));
   app->add_flag("--no-graphs", o.no_graphs, "run decode steps without CUDA graphs");
   app->add_flag("-q,--quiet", o.req.quiet, "no progress on stderr");
 }
@@ -56,12 +76,15 @@ void add_sampling_options(CLI::App* app, RunOptions& o) {
                   "tokens to generate at most (generation also stops, with a note on stderr, when the context is full)")
       ->check(CLI::Range(1, 1 << 20));
   app->add_option("--temp", o.sampling.temperature, "temperature (0 = greedy)");
-  app->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = off)");
-  app->add_option("--top-p", o.sampling.top_p, "nucleus sampling threshold (1 = off)");
-  app->add_option("--min-p", o.sampling.min_p, "drop tokens below min-p times the top probability (0 = off)");
+  o.sampling_only = {
+      app->add_option("--top-k", o.sampling.top_k, "keep the k most likely tokens (0 = off)"),
+      app->add_option("--top-p", o.sampling.top_p, "nucleus sampling threshold (1 = off)"),
+      app->add_option("--min-p", o.sampling.min_p, "drop tokens below min-p times the top probability (0 = off)")};
   app->add_option("--repeat-penalty", o.sampling.repeat_penalty, "penalty for recent tokens (1 = off)");
   app->add_option("--repeat-last-n", o.sampling.repeat_last_n, "how many recent tokens the penalty sees");
-  app->add_option("--seed", o.sampling.seed, "random seed for sampling")->check(seed_validator());
+  o.seed_opt = app->add_option("--seed", o.sampling.seed,
+                               "random seed for sampling (default: a random one, which --stats prints)")
+                   ->check(seed_validator());
   app->add_option("--chat-template", o.chat_template, "chat format: chatml, llama3 or none (default: from the model)")
       ->check(CLI::IsMember({"chatml", "llama3", "none"}));
   app->add_option("--system", o.system, "system prompt (default: the model's own, if its template has one)");
@@ -69,18 +92,33 @@ void add_sampling_options(CLI::App* app, RunOptions& o) {
 }
 
 void check_run_options(RunOptions& o) {
+  require_model_path(o.req.path);
   const std::string bad = o.sampling.validate();
   if (!bad.empty()) throw AppError(bad);
   o.req.graphs = !o.no_graphs;
+  o.req.n_ctx_given = o.ctx_opt->count() > 0;
+  if (o.seed_opt != nullptr && o.seed_opt->count() == 0) {  // logits takes no sampling options
+    std::random_device rd;
+    o.sampling.seed = (uint64_t(rd()) << 32) ^ rd();
+  }
+  if (o.sampling.temperature <= 0.0f) {
+    std::string ignored;
+    for (const CLI::Option* opt : o.sampling_only) {
+      if (opt->count() > 0) ignored += (ignored.empty() ? "" : ", ") + opt->get_name();
+    }
+    if (!ignored.empty()) warn(ignored + ": no effect at temperature 0 (greedy decoding); set --temp to sample");
+  }
 }
 
-void print_stats(const GenerationResult& r) {
+void print_stats(const GenerationResult& r, uint64_t seed) {
   double decode_ms = 0;
   for (double t : r.token_ms) decode_ms += t;
-  std::fprintf(stderr, "\n[prompt %d tokens, %.1f ms (%.1f tok/s); generated %zu tokens, TTFT %.1f ms, %.2f tok/s; stop: %s]\n",
+  std::fprintf(stderr,
+               "\n[prompt %d tokens, %.1f ms (%.1f tok/s); generated %zu tokens, TTFT %.1f ms, %.2f tok/s; stop: %s; "
+               "seed %llu]\n",
                r.n_prompt, r.prefill_ms, r.prefill_ms > 0 ? 1000.0 * r.n_prompt / r.prefill_ms : 0.0, r.tokens.size(),
                r.ttft_ms, decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0,
-               stop_reason_name(r.stop));
+               stop_reason_name(r.stop), (unsigned long long)seed);
 }
 
 // Streams generated tokens to stdout as whole UTF-8 characters; end tokens are not printed.
@@ -92,13 +130,13 @@ struct StdoutStream {
     if (tok.is_end_of_generation(id)) return true;
     const std::string s = dec.push(id);
     std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
+    flush_stdout();  // a failed write ends the run instead of generating on
     return true;
   }
   void finish() {
     const std::string s = dec.flush();
     std::fwrite(s.data(), 1, s.size(), stdout);
-    std::fflush(stdout);
+    flush_stdout();
   }
 };
 
@@ -110,8 +148,20 @@ GenerationResult stream_reply(Session& session, const Tokenizer& tok, const std:
   GenerationResult r = session.generate(ids, g, [&](int32_t id) { return out(id); });
   out.finish();
   std::printf("\n");
-  std::fflush(stdout);
+  flush_stdout();
   return r;
+}
+
+// One line of `in` without its newline; false at the end of the input. A read error (stdin a
+// folder, an I/O error) is reported, not taken for the end.
+bool read_line(std::FILE* in, std::string& line) {
+  line.clear();
+  for (int ch; (ch = std::fgetc(in)) != EOF;) {
+    if (ch == '\n') return true;
+    line += char(ch);
+  }
+  if (std::ferror(in)) throw AppError(std::string("reading the input failed: ") + std::strerror(errno));
+  return !line.empty();
 }
 
 std::string read_file(const std::string& path) {
@@ -133,12 +183,12 @@ int cmd_generate(RunOptions& o, const std::string& prompt, bool chat) {
     msgs.push_back({"user", prompt});
     text = render_chat(fmt, msgs, /*add_generation_prompt=*/true);
   }
-  std::vector<int32_t> ids = lm.tokenizer->encode(text, /*parse_special=*/chat);
-  if (!chat && lm.tokenizer->add_bos() && lm.tokenizer->bos_id() >= 0) ids.insert(ids.begin(), lm.tokenizer->bos_id());
-  if (ids.empty()) throw AppError("the prompt is empty");
+  if (prompt.empty()) throw AppError("the prompt is empty");
+  // The chat template's own special tokens always count as such; --no-special excludes --chat.
+  const std::vector<int32_t> ids = encode_prompt(*lm.tokenizer, text, /*parse_special=*/!o.no_special);
   if (int(ids.size()) >= lm.model->n_ctx()) {
     throw AppError("the prompt has " + std::to_string(ids.size()) + " tokens but the context holds " +
-                   std::to_string(lm.model->n_ctx()) + "; use a larger --ctx or a shorter prompt");
+                   std::to_string(lm.model->n_ctx()) + "; use a shorter prompt, or " + context_advice(*lm.model));
   }
   const Tokenizer& tok = *lm.tokenizer;
   Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
@@ -146,7 +196,7 @@ int cmd_generate(RunOptions& o, const std::string& prompt, bool chat) {
   if (r.stop == StopReason::ContextFull) {
     std::fprintf(stderr, "tiny_llm: the context of %d tokens is full; generation stopped\n", lm.model->n_ctx());
   }
-  if (o.stats) print_stats(r);
+  if (o.stats) print_stats(r, o.sampling.seed);
   return 0;
 }
 
@@ -166,9 +216,9 @@ int cmd_chat(RunOptions& o) {
   for (;;) {
     if (tty) {
       std::fprintf(stdout, "> ");
-      std::fflush(stdout);
+      flush_stdout();
     }
-    if (!std::getline(std::cin, line)) break;
+    if (!read_line(stdin, line)) break;
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       msgs.resize(n_fixed);
@@ -188,13 +238,18 @@ int cmd_chat(RunOptions& o) {
       cached.clear();
       fresh = full;
     }
-    std::vector<int32_t> ids = tok.encode(fresh, /*parse_special=*/true);
+    // A conversation's first tokens start the context: a BOS first where the tokenizer asks for one.
+    std::vector<int32_t> ids = session.n_past() == 0 ? encode_prompt(tok, fresh, /*parse_special=*/true)
+                                                     : tok.encode(fresh, /*parse_special=*/true);
     if (session.n_past() + int64_t(ids.size()) + 1 >= lm.model->n_ctx()) {
-      std::printf("[the context of %d tokens is full; conversation cleared]\n", lm.model->n_ctx());
-      msgs.erase(msgs.begin() + long(n_fixed), msgs.end() - 1);
+      // Only earlier turns can be cleared to make room; with none, this message alone does not fit.
+      if (msgs.size() > n_fixed + 1) {
+        std::printf("[the context of %d tokens is full; conversation cleared]\n", lm.model->n_ctx());
+        msgs.erase(msgs.begin() + long(n_fixed), msgs.end() - 1);
+      }
       session.reset();
       cached.clear();
-      ids = tok.encode(render_chat(fmt, msgs, true), true);
+      ids = encode_prompt(tok, render_chat(fmt, msgs, true), true);
       if (int64_t(ids.size()) + 1 >= lm.model->n_ctx()) {
         std::printf("[the message alone does not fit the context]\n");
         msgs.resize(n_fixed);
@@ -218,7 +273,7 @@ int cmd_chat(RunOptions& o) {
       session.reset();
       cached.clear();
     }
-    if (o.stats) print_stats(r);
+    if (o.stats) print_stats(r, o.sampling.seed);
   }
   return 0;
 }
@@ -242,6 +297,7 @@ nlohmann::json value_json(const GgufValue& v) {
 }
 
 int cmd_inspect(const std::string& path, bool json) {
+  require_model_path(path);
   std::unique_ptr<GgufFile> f = GgufFile::open(path);
   if (json) {
     nlohmann::json j;
@@ -298,7 +354,7 @@ int cmd_inspect(const std::string& path, bool json) {
 int cmd_tokenize(const std::string& path, std::string text, const std::string& file, bool no_special) {
   if (!file.empty()) text = read_file(file);
   std::unique_ptr<GgufFile> f = GgufFile::open(path);
-  std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*f);
+  std::unique_ptr<Tokenizer> tok = load_tokenizer(*f);
   const std::vector<int32_t> ids = tok->encode(text, !no_special);
   std::string line;
   for (size_t i = 0; i < ids.size(); ++i) line += (i ? " " : "") + std::to_string(ids[i]);
@@ -327,15 +383,17 @@ std::vector<int32_t> parse_ids(const std::string& s) {
 int cmd_logits(RunOptions& o, const std::string& tokens, const std::string& tokens_file, const std::string& prompt,
                const std::string& out_path) {
   check_run_options(o);
+  check_output_path(out_path, "--output", /*regular_only=*/false);
   o.req.need_tokenizer = !prompt.empty();
   std::vector<int32_t> ids;
   if (!tokens.empty()) ids = parse_ids(tokens);
   if (!tokens_file.empty()) ids = parse_ids(read_file(tokens_file));
   LoadedModel lm = load_model(o.req);
-  if (!prompt.empty()) ids = lm.tokenizer->encode(prompt, true);
+  if (!prompt.empty()) ids = encode_prompt(*lm.tokenizer, prompt, /*parse_special=*/!o.no_special);
   if (ids.empty()) throw AppError("no tokens given (use --tokens, --tokens-file or -p)");
   if (int(ids.size()) > lm.model->n_ctx()) {
-    throw AppError(std::to_string(ids.size()) + " tokens do not fit the context of " + std::to_string(lm.model->n_ctx()));
+    throw AppError(std::to_string(ids.size()) + " tokens do not fit the context of " + std::to_string(lm.model->n_ctx()) +
+                   "; " + context_advice(*lm.model));
   }
   for (int32_t id : ids) {
     if (id >= lm.model->config().n_vocab) {
@@ -357,6 +415,7 @@ int cmd_logits(RunOptions& o, const std::string& tokens, const std::string& toke
 
 int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const std::string& preset, uint64_t seed,
               bool seed_given, bool quiet) {
+  check_output_path(out, "--output", /*regular_only=*/true);
   SynthConfig c = preset == "tiny"          ? tiny_test_model()
                   : preset == "tiny-llama"  ? tiny_llama_test_model()
                   : preset == "tiny-llama3" ? tiny_llama3_test_model()
@@ -380,7 +439,9 @@ int main_body(int argc, char** argv) {
   add_model_options(g, gen);
   add_sampling_options(g, gen);
   g->add_option("-p,--prompt", prompt, "the prompt")->required();
-  g->add_flag("--chat", chat, "wrap the prompt in the model's chat template as a user message");
+  CLI::Option* chat_flag = g->add_flag("--chat", chat, "wrap the prompt in the model's chat template as a user message");
+  g->add_flag("--no-special", gen.no_special, "treat special-token text in the prompt (<|im_end|>, ...) as plain text")
+      ->excludes(chat_flag);
 
   RunOptions ch;
   CLI::App* c = app.add_subcommand("chat", "interactive multi-turn chat (reads lines from the terminal or a pipe)");
@@ -390,24 +451,31 @@ int main_body(int argc, char** argv) {
   std::string inspect_path;
   bool inspect_json = false;
   CLI::App* in = app.add_subcommand("inspect", "print a GGUF file's metadata and tensor table");
-  in->add_option("-m,--model,model", inspect_path, "GGUF file")->required();
+  add_model_path(in, inspect_path);
   in->add_flag("--json", inspect_json, "machine-readable output");
 
   std::string tok_path, tok_text, tok_file;
   bool no_special = false;
   CLI::App* tk = app.add_subcommand("tokenize", "print the token ids of a text, space-separated on one line");
   tk->add_option("-m,--model", tok_path, "GGUF file with a tokenizer")->required();
-  tk->add_option("text", tok_text, "text to tokenize");
-  tk->add_option("--file", tok_file, "read the text from a file")->check(CLI::ExistingFile);
+  CLI::Option* tk_text = tk->add_option("text", tok_text, "text to tokenize");
+  tk->add_option("--file", tok_file, "read the text from a file (instead of TEXT)")
+      ->check(CLI::ExistingFile)
+      ->excludes(tk_text);
   tk->add_flag("--no-special", no_special, "treat special-token text as plain text");
 
   RunOptions lg;
   std::string lg_tokens, lg_tokens_file, lg_prompt, lg_out;
   CLI::App* l = app.add_subcommand("logits", "write the logits of every position as raw float32 [n_tokens x n_vocab]");
   add_model_options(l, lg);
-  l->add_option("--tokens", lg_tokens, "token ids, space-separated");
-  l->add_option("--tokens-file", lg_tokens_file, "file of space-separated token ids")->check(CLI::ExistingFile);
-  l->add_option("-p,--prompt", lg_prompt, "text to tokenize instead of ids");
+  CLI::Option* lg_tokens_opt = l->add_option("--tokens", lg_tokens, "token ids, space-separated");
+  CLI::Option* lg_file_opt = l->add_option("--tokens-file", lg_tokens_file, "file of space-separated token ids")
+                                 ->check(CLI::ExistingFile)
+                                 ->excludes(lg_tokens_opt);
+  l->add_option("-p,--prompt", lg_prompt, "text to tokenize instead of ids (a BOS first where the model asks for one)")
+      ->excludes(lg_tokens_opt)
+      ->excludes(lg_file_opt);
+  l->add_flag("--no-special", lg.no_special, "treat special-token text in -p as plain text");
   l->add_option("-o,--output", lg_out, "output file")->required();
 
   std::string synth_out, synth_tok, synth_preset = "qwen2.5-0.5b";

@@ -119,11 +119,16 @@ int bench_main(int argc, char** argv) {
   app.add_option("--backend", o.backend, "auto (cuda when a GPU is visible), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("-p,--prompt", o.prompt, "prompt text (wrapped in the chat template unless --raw)");
-  app.add_option("-n,--max-tokens", o.max_tokens, "tokens generated per iteration (always exactly this many)")
+  app.add_option("-n,--max-tokens", o.max_tokens,
+                 "tokens generated per iteration (always exactly this many); with 1 there is no decode step, so "
+                 "TPOT, decode tok/s and GB/s are not measured (\"-\", null in --json)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--warmup", o.warmup, "untimed iterations first")->check(CLI::Range(0, 1000));
   app.add_option("--iters", o.iters, "timed iterations")->check(CLI::Range(1, 10000));
-  app.add_option("--ctx", o.n_ctx, "context size (KV cache rows)")->check(CLI::Range(1, 1 << 20));
+  CLI::Option* ctx_opt = app.add_option("--ctx", o.n_ctx,
+                                        "context size (KV cache rows); at most the model's trained context, where a "
+                                        "larger value is capped with a note")
+                             ->check(CLI::Range(1, 1 << 20));
   app.add_option("--context", o.context, "repeat the prompt up to this many tokens, to time decode at depth")
       ->check(CLI::Range(0, 1 << 20));
   app.add_flag("--raw", o.raw, "use the prompt as is, without the chat template");
@@ -145,11 +150,19 @@ int bench_main(int argc, char** argv) {
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
   if (o.profile && o.json) throw AppError("--profile prints tables; run it without --json");
+  if (o.profile) {
+    // The trace is written after all the timed runs: a path that cannot be written fails now instead.
+    const std::filesystem::path trace(o.trace_out);
+    std::error_code ec;
+    if (trace.has_parent_path()) std::filesystem::create_directories(trace.parent_path(), ec);
+    check_output_path(o.trace_out, "--trace-out", /*regular_only=*/false);
+  }
   if (o.model.empty()) o.model = default_bench_model(o.quiet);
   ModelRequest req;
   req.path = o.model;
   req.backend = o.backend;
   req.n_ctx = o.n_ctx;
+  req.n_ctx_given = ctx_opt->count() > 0;
   req.graphs = !o.no_graphs;
   req.quiet = o.quiet;
   LoadedModel lm = load_model(req);
@@ -168,12 +181,15 @@ int bench_main(int argc, char** argv) {
     while (int(prompt.size()) < o.context) prompt.push_back(unit[prompt.size() % unit.size()]);
   }
   if (o.soak_tokens > 0) {
-    if (int(prompt.size()) >= model.n_ctx()) throw AppError("the prompt does not fit the context; raise --ctx");
+    if (int(prompt.size()) >= model.n_ctx()) {
+      throw AppError("the prompt does not fit the context of " + std::to_string(model.n_ctx()) + " tokens; " +
+                     context_advice(model));
+    }
     return run_soak(model, prompt, o.soak_tokens);
   }
   if (int64_t(prompt.size()) + o.max_tokens > model.n_ctx()) {
     throw AppError("prompt (" + std::to_string(prompt.size()) + " tokens) + --max-tokens " + std::to_string(o.max_tokens) +
-                   " exceed the context of " + std::to_string(model.n_ctx()) + " tokens; raise --ctx");
+                   " exceed the context of " + std::to_string(model.n_ctx()) + " tokens; " + context_advice(model));
   }
 
   SamplerParams greedy;
@@ -191,12 +207,13 @@ int bench_main(int argc, char** argv) {
     const double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (it < o.warmup) continue;
     if (first_tokens.empty()) first_tokens = r.tokens;
-    const double step = mean(r.token_ms);
     ttft.push_back(r.ttft_ms);
-    tpot.push_back(step);
     prefill_tps.push_back(1000.0 * r.n_prompt / r.prefill_ms);
-    decode_tps.push_back(step > 0 ? 1000.0 / step : 0);
     e2e.push_back(total);
+    if (r.token_ms.empty()) continue;  // -n 1: the first token comes from prefill, no decode step ran
+    const double step = mean(r.token_ms);
+    tpot.push_back(step);
+    decode_tps.push_back(step > 0 ? 1000.0 / step : 0);
   }
 
   const DeviceInfo dev = lm.backend->device_info();
@@ -216,6 +233,7 @@ int bench_main(int argc, char** argv) {
   }
   const Stat s_ttft = stat_of(ttft), s_tpot = stat_of(tpot), s_pf = stat_of(prefill_tps), s_dec = stat_of(decode_tps),
              s_e2e = stat_of(e2e);
+  const bool decoded = !tpot.empty();
   // Bytes one decode step must read: every weight matrix once, plus the KV cache at the mean depth.
   const int mean_ctx = int(prompt.size()) + o.max_tokens / 2;
   const size_t step_bytes = model.decode_weight_bytes() + model.decode_kv_bytes(mean_ctx);
@@ -241,15 +259,17 @@ int bench_main(int argc, char** argv) {
     j["max_tokens"] = o.max_tokens;
     j["warmup"] = o.warmup;
     j["iters"] = o.iters;
-    auto put = [&](const char* k, const Stat& s) { j[k] = {{"median", s.median}, {"min", s.min}, {"max", s.max}}; };
-    put("ttft_ms", s_ttft);
-    put("tpot_ms", s_tpot);
-    put("decode_tok_s", s_dec);
-    put("prefill_tok_s", s_pf);
-    put("e2e_ms", s_e2e);
+    auto put = [&](const char* k, const Stat& s, bool measured) {
+      j[k] = measured ? nlohmann::json{{"median", s.median}, {"min", s.min}, {"max", s.max}} : nlohmann::json();
+    };
+    put("ttft_ms", s_ttft, true);
+    put("tpot_ms", s_tpot, decoded);
+    put("decode_tok_s", s_dec, decoded);
+    put("prefill_tok_s", s_pf, true);
+    put("e2e_ms", s_e2e, true);
     j["kernels_per_decode_step"] = if_positive(lm.backend->kernels_per_step());
     j["decode_step_bytes"] = step_bytes;
-    j["decode_gb_s"] = step_gbs;
+    j["decode_gb_s"] = if_positive(step_gbs);
     j["decode_bandwidth_fraction"] = if_positive(bw_frac);
     j["decode_measured_bandwidth_fraction"] = if_positive(measured_frac);
     j["memory"] = {{"engine_peak_bytes", mem.peak_bytes}, {"engine_allocated_bytes", mem.allocated_bytes},
@@ -268,16 +288,25 @@ int bench_main(int argc, char** argv) {
   std::printf("request  %zu prompt tokens, %d generated, %d warm-up + %d timed iterations\n\n", prompt.size(),
               o.max_tokens, o.warmup, o.iters);
   std::printf("%-22s %12s %12s %12s\n", "metric", "median", "min", "max");
-  auto row = [](const char* name, const Stat& s) {
-    std::printf("%-22s %12.3f %12.3f %12.3f\n", name, s.median, s.min, s.max);
+  auto row = [](const char* name, const Stat& s, bool measured) {
+    if (measured) {
+      std::printf("%-22s %12.3f %12.3f %12.3f\n", name, s.median, s.min, s.max);
+    } else {
+      std::printf("%-22s %12s %12s %12s\n", name, "-", "-", "-");
+    }
   };
-  row("TTFT (ms)", s_ttft);
-  row("TPOT (ms)", s_tpot);
-  row("decode (tok/s)", s_dec);
-  row("prefill (tok/s)", s_pf);
-  row("end to end (ms)", s_e2e);
-  std::printf("\ndecode step reads %.1f MB (weights %.1f MB + KV %.1f MB) -> %.0f GB/s", step_bytes / 1e6,
-              model.decode_weight_bytes() / 1e6, model.decode_kv_bytes(mean_ctx) / 1e6, step_gbs);
+  row("TTFT (ms)", s_ttft, true);
+  row("TPOT (ms)", s_tpot, decoded);
+  row("decode (tok/s)", s_dec, decoded);
+  row("prefill (tok/s)", s_pf, true);
+  row("end to end (ms)", s_e2e, true);
+  std::printf("\ndecode step reads %.1f MB (weights %.1f MB + KV %.1f MB) -> ", step_bytes / 1e6,
+              model.decode_weight_bytes() / 1e6, model.decode_kv_bytes(mean_ctx) / 1e6);
+  if (decoded) {
+    std::printf("%.0f GB/s", step_gbs);
+  } else {
+    std::printf("- GB/s (no decode step with -n 1)");
+  }
   if (bw_frac > 0) std::printf(" = %.0f%% of nominal bandwidth", 100 * bw_frac);
   if (measured_frac > 0) {
     std::printf("%s%.0f%% of the %.0f GB/s measured (reads of %zu MiB)", bw_frac > 0 ? ", " : " = ", 100 * measured_frac,
@@ -292,8 +321,6 @@ int bench_main(int argc, char** argv) {
   std::printf(", host peak RSS %.1f MiB\n", peak_rss / 1048576.0);
   std::printf("tokens: %s\n", tokens_text.c_str());
   if (o.profile) {
-    const std::filesystem::path trace(o.trace_out);
-    if (trace.has_parent_path()) std::filesystem::create_directories(trace.parent_path());
     ProfileOptions po;
     po.decode_steps = o.max_tokens;
     po.trace_path = o.trace_out;

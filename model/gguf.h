@@ -156,7 +156,9 @@ class GgufWriter {
   // Writes the file. For each declared tensor in order, calls fill(index, dst, bytes) to produce its
   // data (an empty `fill` writes zeros); `progress(done_bytes, total_bytes)` is called as data is
   // written. The file is written as `path`.tmp and renamed when complete. Throws GgufError on I/O
-  // failure; exceptions from `fill` propagate. Either way no file is left behind.
+  // failure, and before writing anything when `path` exists and is not a regular file (a device or
+  // a pipe, which the rename would replace); exceptions from `fill` propagate. Either way no file
+  // is left behind.
   using FillFn = std::function<void(size_t index, uint8_t* dst, size_t bytes)>;
   using ProgressFn = std::function<void(size_t done, size_t total)>;
   void write(const std::string& path, const FillFn& fill, const ProgressFn& progress = {}) const;

@@ -2,6 +2,8 @@
 // bytes from the caller's fill callback to disk, padded to the alignment. The file is written under a
 // temporary name and renamed into place only when complete, so a failed write never leaves a
 // truncated model behind.
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -232,6 +234,10 @@ void GgufWriter::write(const std::string& path, const FillFn& fill, const Progre
   head.pad_to(alignment_);
   const size_t total = size_t(offset);
 
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) {
+    throw GgufError(path + ": exists and is not a regular file; not replacing it");
+  }
   const std::string tmp = path + ".tmp";
   std::unique_ptr<std::FILE, FileCloser> file(std::fopen(tmp.c_str(), "wb"));
   if (!file) throw GgufError(path + ": cannot create: " + std::strerror(errno));

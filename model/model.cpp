@@ -43,6 +43,25 @@ const TensorInfo& need_tensor(const GgufFile& f, const std::string& name, std::v
   return *t;
 }
 
+// Whether the forward pass reads tensor `name`: the tensors Model::load needs for layers
+// 0..n_layer-1 and for the whole model. rope_freqs.weight (rope frequency factors) counts as read:
+// the rope code owns it.
+bool used_by_forward(const ModelConfig& c, const std::string& name) {
+  if (name == "token_embd.weight" || name == "output_norm.weight" || name == "rope_freqs.weight") return true;
+  if (name == "output.weight") return !c.tied_embeddings;
+  if (name.rfind("blk.", 0) != 0) return false;
+  size_t end = 4;
+  while (end < name.size() && end < 9 && name[end] >= '0' && name[end] <= '9') ++end;
+  if (end == 4 || end >= name.size() || name[end] != '.' || (name[4] == '0' && end > 5)) return false;
+  if (std::stoi(name.substr(4, end - 4)) >= c.n_layer) return false;
+  const std::string part = name.substr(end + 1);
+  for (const char* w : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                        "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+    if (part == w) return true;
+  }
+  return c.qkv_bias && (part == "attn_q.bias" || part == "attn_k.bias" || part == "attn_v.bias");
+}
+
 // `s` with control characters written as \xNN: text from the file stays on one line in messages.
 std::string printable(const std::string& s) {
   std::string out;
@@ -280,6 +299,14 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   need_tensor(f, "output_norm.weight", {E});
   need_tensor(f, "token_embd.weight", {E, c.n_vocab});
   if (!c.tied_embeddings) need_tensor(f, "output.weight", {E, c.n_vocab});
+  // A tensor the forward pass would ignore (a bias on the output projection, say) means the file
+  // describes a different computation than the one that would run.
+  for (const TensorInfo& t : f.tensors()) {
+    if (!used_by_forward(c, t.name)) {
+      fail(f, "tensor '" + printable(t.name) + "' is not used by the " + c.arch +
+                  " forward pass; the file cannot be run correctly");
+    }
+  }
   if (E % kW8Group != 0 || F % kW8Group != 0) {
     throw ModelError(f.path() + ": widths " + std::to_string(E) + "/" + std::to_string(F) +
                      " are not multiples of the W8 group size " + std::to_string(kW8Group));

@@ -56,12 +56,14 @@ int32_t Sampler::sample(float* logits, int n_vocab, const std::vector<int32_t>& 
       logits[t] = logits[t] > 0 ? logits[t] / p_.repeat_penalty : logits[t] * p_.repeat_penalty;
     }
   }
-  if (p_.temperature <= 0.0f) {
-    return int32_t(std::max_element(logits, logits + n_vocab) - logits);
-  }
+  const int32_t argmax = int32_t(std::max_element(logits, logits + n_vocab) - logits);
+  if (p_.temperature <= 0.0f) return argmax;
 
+  // Scaled as (logit - max) / T: at most 0, so a tiny temperature gives -inf (probability 0), never
+  // +inf and a NaN softmax; the maximum itself stays at 0 (probability 1 before normalising).
+  const float max_logit = logits[argmax];
   cand_.resize(size_t(n_vocab));
-  for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {logits[i] / p_.temperature, i};
+  for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {(logits[i] - max_logit) / p_.temperature, i};
   auto by_logit = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
@@ -72,13 +74,14 @@ int32_t Sampler::sample(float* logits, int n_vocab, const std::vector<int32_t>& 
   } else {
     std::sort(cand_.begin(), cand_.end(), by_logit);
   }
-  // Softmax over the survivors (sorted, so the first is the maximum).
-  const float max_logit = cand_[0].first;
+  // Softmax over the survivors (sorted, so the first is the maximum, scaled to 0).
   double sum = 0;
   for (size_t i = 0; i < n; ++i) {
-    cand_[i].first = std::exp(cand_[i].first - max_logit);
+    cand_[i].first = std::exp(cand_[i].first);
     sum += cand_[i].first;
   }
+  // Logits that are not finite (NaN, +inf) leave no distribution to draw from: greedy.
+  if (!(sum >= 1.0) || !std::isfinite(sum)) return argmax;
   for (size_t i = 0; i < n; ++i) cand_[i].first = float(cand_[i].first / sum);
   if (p_.top_p < 1.0f) {
     double cum = 0;

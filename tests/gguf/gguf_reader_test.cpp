@@ -2,6 +2,7 @@
 // getters, alignment (default and custom), versions 2 and 3, tensor data placement, and a real
 // llama.cpp-written file from the shared test data.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstring>
@@ -309,6 +310,24 @@ TEST(GgufWriter, LeavesNoFileBehindWhenWritingFails) {
   } catch (const GgufError& e) {
     EXPECT_NE(std::string(e.what()).find("x.gguf: cannot create"), std::string::npos) << e.what();
   }
+}
+
+TEST(GgufWriter, DoesNotReplaceAFileThatIsNotRegular) {
+  // A pipe (like /dev/null or a device) at the destination stays: the rename would replace it with
+  // a regular file.
+  ScratchDir dir;
+  const std::string fifo = dir.file("pipe");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  GgufWriter w;
+  w.add_tensor("t", GgmlType::F32, {4});
+  try {
+    w.write(fifo, {});
+    ADD_FAILURE() << "no error";
+  } catch (const GgufError& e) {
+    EXPECT_NE(std::string(e.what()).find("pipe: exists and is not a regular file"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
+  EXPECT_FALSE(std::filesystem::exists(fifo + ".tmp"));
 }
 
 TEST(GgufReader, ReadsALlamaCppVocabularyFile) {

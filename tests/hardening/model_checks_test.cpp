@@ -191,6 +191,13 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
     e.add_tensors["output.weight"] = {GgmlType::F16, {64, 100}};
     add("output-misshaped", e, Stage::Load, "tensor 'output.weight' has shape {64, 100}, expected {64, " + nv + "}");
   }
+  // A tensor the forward pass would not read (rope_freqs.weight, which it does, runs: see
+  // CliBehaviour.ModelsWithRopeFrequencyFactorsStillLoad).
+  for (const std::string extra : {"blk.0.attn_output.bias", "blk.1.ffn_down.bias", "blk.2.attn_q.weight"}) {
+    ModelEdit e;
+    e.add_tensors[extra] = {GgmlType::F32, {64}};
+    add("unused-" + extra, e, Stage::Load, "tensor '" + extra + "' is not used by the qwen2 forward pass");
+  }
 
   // The tokenizer itself.
   add("no-tokenizer-model", drop_key("tokenizer.ggml.model"), Stage::Tokenizer, "missing tokenizer.ggml.model");

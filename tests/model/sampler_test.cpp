@@ -59,6 +59,27 @@ TEST(Sampler, TemperatureMatchesSoftmax) {
   }
 }
 
+TEST(Sampler, TinyTemperatureIsGreedy) {
+  // logit / T overflows float at these temperatures; the sampler must still pick the maximum, for
+  // every seed, with and without the other controls.
+  const std::vector<float> logits = {10.0f, 30.0f, 20.0f, -5.0f};
+  for (float temp : {1e-38f, 1e-45f, 1e-30f}) {
+    for (int top_k : {0, 2}) {
+      SamplerParams p;
+      p.temperature = temp;
+      p.top_k = top_k;
+      p.top_p = 0.9f;
+      p.min_p = 0.05f;
+      for (uint64_t seed = 0; seed < 50; ++seed) {
+        p.seed = seed;
+        Sampler s(p);
+        std::vector<float> work = logits;
+        EXPECT_EQ(s.sample(work.data(), int(work.size()), {}), 1) << "temperature " << temp << ", seed " << seed;
+      }
+    }
+  }
+}
+
 TEST(Sampler, TopKKeepsOnlyKAndRenormalises) {
   SamplerParams p;
   p.temperature = 1.0f;
