@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "hardening/hardening_util.h"
+#include "model/synth.h"
 
 namespace tllm::test {
 namespace {
@@ -287,12 +288,11 @@ TEST(CliBehaviour, AMissingPreTokenizerIsNamed) {
 }
 
 TEST(CliBehaviour, ModelsWithRopeFrequencyFactorsStillLoad) {
-  // rope_freqs.weight belongs to the rope code; the unused-tensor check leaves it alone.
+  // rope_freqs.weight (Llama 3.1's rope scaling) is used by the rope, so the unused-tensor check
+  // leaves it alone: the synth preset that carries it runs.
   ScratchDir dir;
   const std::string path = dir.file("rope-freqs.gguf");
-  ModelEdit edit;
-  edit.add_tensors["rope_freqs.weight"] = {GgmlType::F32, {8}};
-  write_edited(*GgufFile::open(base_model_path()), path, edit);
+  write_synth_model(tiny_llama3_test_model(), path);
   expect_success(run(generate_command(path)));
 }
 
