@@ -503,6 +503,14 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n / bv; ++i) block(s + i * bb, dst + i * bv);
 }
 
+bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d) {
+  const CodesFn codes = codes_of(t);
+  if (!codes) return false;
+  codes(block, q);
+  *d = half_t(block[0] | block[1] << 8);
+  return true;
+}
+
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
   check_row(t, n, "quantize_row");
   uint8_t* d = static_cast<uint8_t*>(dst);
