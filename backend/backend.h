@@ -30,8 +30,8 @@
 namespace tllm {
 
 // W8 weights carry one fp16 scale per group of kW8Group consecutive values along K: the block size
-// of the GGUF formats the weights come from (Q4_0..Q8_0 and the K-quants' sub-blocks divide it), so
-// requantisation never mixes two source blocks into one group.
+// of the GGUF formats the weights come from (Q4_0..Q8_0 and IQ4_NL blocks and the sub-blocks of the
+// K-quants and IQ4_XS divide it), so requantisation never mixes two source blocks into one group.
 constexpr int kW8Group = 32;
 // Queued downloads (Backend::queue_download): outstanding at once, and bytes each.
 constexpr int kQueuedDownloads = 8;

@@ -34,7 +34,7 @@ SynthConfig small_model(const std::string& arch) {
 void write_types(const std::string& path) {
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                             GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
   GgufWriter w;
   w.set_string("general.architecture", "qwen2");
   std::vector<GgmlType> declared;
@@ -50,7 +50,8 @@ void write_types(const std::string& path) {
     const int64_t n = bv == 1 ? 8 : bv;
     std::vector<float> src(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) src[size_t(i)] = float(i % 7) - 3.0f + 0.25f * float(i % 3);
-    // Types without a quantiser (Q2_K, Q3_K, Q5_K) keep a byte pattern: any bytes dequantise.
+    // Types without a quantiser (Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) keep a byte pattern: any bytes
+    // dequantise.
     try {
       quantize_row(declared[index], src.data(), dst, n);
     } catch (const GgufError&) {

@@ -37,15 +37,15 @@ const char* ggml_type_name(GgmlType t) {
     case 13: return "Q5_K";
     case 14: return "Q6_K";
     case 15: return "Q8_K";
+    case 20: return "IQ4_NL";
+    case 23: return "IQ4_XS";
     // Types ggml defines that this project does not read; named for error messages.
     case 16: return "IQ2_XXS";
     case 17: return "IQ2_XS";
     case 18: return "IQ3_XXS";
     case 19: return "IQ1_S";
-    case 20: return "IQ4_NL";
     case 21: return "IQ3_S";
     case 22: return "IQ2_S";
-    case 23: return "IQ4_XS";
     case 24: return "I8";
     case 25: return "I16";
     case 26: return "I32";
@@ -78,6 +78,8 @@ bool ggml_type_block(GgmlType t, int64_t* block_values, int64_t* block_bytes) {
     case GgmlType::Q5_K: v = 256, b = 2 + 2 + 12 + 32 + 128; break;
     case GgmlType::Q6_K: v = 256, b = 128 + 64 + 16 + 2; break;
     case GgmlType::Q8_K: v = 256, b = 4 + 256 + 32; break;
+    case GgmlType::IQ4_NL: v = 32, b = 2 + 16; break;
+    case GgmlType::IQ4_XS: v = 256, b = 2 + 2 + 4 + 128; break;
     default: return false;
   }
   if (block_values) *block_values = v;

@@ -7,6 +7,7 @@
 //   Q5_0  32 values, 22 B: d | qh[4] | qs[16]   x = (nibble | high bit << 4) - 16) * d
 //   Q5_1  32 values, 24 B: d m | qh[4] | qs[16] x = (nibble | high bit << 4) * d + m
 //   Q8_0  32 values, 34 B: d | int8 qs[32]      x = q * d
+//   IQ4_NL 32 values, 18 B: d | qs[16]          x = kvalues_iq4nl[nibble] * d
 //   In the 32-value formats byte j of qs holds value j (low nibble) and value j + 16 (high nibble);
 //   bit j of the little-endian u32 qh is the fifth bit of value j.
 //   Q2_K 256 values,  84 B: scales[16] | qs[64] | d dmin
@@ -14,7 +15,8 @@
 //   Q4_K 256 values, 144 B: d dmin | scales[12] | qs[128]
 //   Q5_K 256 values, 176 B: d dmin | scales[12] | qh[32] | qs[128]
 //   Q6_K 256 values, 210 B: ql[128] | qh[64] | int8 scales[16] | d
-//   The K-quants' layouts are spelled out next to each dequantiser.
+//   IQ4_XS 256 values, 136 B: d | u16 scales_h | scales_l[4] | qs[128]
+//   The super-block layouts are spelled out next to each dequantiser.
 #include "model/quants.h"
 
 #include <algorithm>
@@ -58,38 +60,71 @@ int clamp_int(int v, int lo, int hi) { return std::min(hi, std::max(lo, v)); }
 
 // ---- 32-value formats ----------------------------------------------------------------------------
 
-void dequant_q4_0(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const uint8_t* qs = b + 2;
-  for (int j = 0; j < 16; ++j) {
-    y[j] = float((qs[j] & 0x0f) - 8) * d;
-    y[j + 16] = float((qs[j] >> 4) - 8) * d;
-  }
-}
+// IQ4_NL's non-linear table (also IQ4_XS's): a 4-bit index selects one of these 16 codes.
+constexpr int kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
 
-void dequant_q4_1(const uint8_t* b, float* y) {
-  const float d = load_half(b), m = load_half(b + 2);
-  const uint8_t* qs = b + 4;
+// The 32 nibbles of a 16-byte qs: byte j holds value j (low nibble) and value j + 16 (high nibble).
+void unpack_nibbles(const uint8_t* qs, int* q) {
   for (int j = 0; j < 16; ++j) {
-    y[j] = float(qs[j] & 0x0f) * d + m;
-    y[j + 16] = float(qs[j] >> 4) * d + m;
+    q[j] = qs[j] & 0x0f;
+    q[j + 16] = qs[j] >> 4;
   }
 }
 
 // Five-bit values of a Q5_0/Q5_1 block: low nibbles from qs, fifth bits from qh.
 void unpack_5bit(const uint8_t* qh_bytes, const uint8_t* qs, int* q) {
   const uint32_t qh = load_u32(qh_bytes);
-  for (int j = 0; j < 16; ++j) {
-    q[j] = (qs[j] & 0x0f) | int((qh >> j) & 1) << 4;
-    q[j + 16] = (qs[j] >> 4) | int((qh >> (j + 16)) & 1) << 4;
+  unpack_nibbles(qs, q);
+  for (int j = 0; j < 32; ++j) q[j] |= int((qh >> j) & 1) << 4;
+}
+
+// Q4_0, Q5_0, Q8_0 and IQ4_NL blocks are 32 integer codes times the block's one scale d (its first
+// two bytes): x = code · d. Each codes_* function writes the 32 codes of a block.
+void codes_q4_0(const uint8_t* b, int* q) {
+  unpack_nibbles(b + 2, q);
+  for (int j = 0; j < 32; ++j) q[j] -= 8;
+}
+
+void codes_q5_0(const uint8_t* b, int* q) {
+  unpack_5bit(b + 2, b + 6, q);
+  for (int j = 0; j < 32; ++j) q[j] -= 16;
+}
+
+void codes_q8_0(const uint8_t* b, int* q) {
+  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
+  for (int j = 0; j < 32; ++j) q[j] = qs[j];
+}
+
+void codes_iq4_nl(const uint8_t* b, int* q) {
+  unpack_nibbles(b + 2, q);
+  for (int j = 0; j < 32; ++j) q[j] = kIq4nlValues[q[j]];
+}
+
+using CodesFn = void (*)(const uint8_t* block, int* q);
+
+// The codes_* function of `t`; null for a type whose blocks are not codes times one scale.
+CodesFn codes_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::Q4_0: return codes_q4_0;
+    case GgmlType::Q5_0: return codes_q5_0;
+    case GgmlType::Q8_0: return codes_q8_0;
+    case GgmlType::IQ4_NL: return codes_iq4_nl;
+    default: return nullptr;
   }
 }
 
-void dequant_q5_0(const uint8_t* b, float* y) {
+void dequant_codes(CodesFn codes, const uint8_t* b, float* y) {
   const float d = load_half(b);
   int q[32];
-  unpack_5bit(b + 2, b + 6, q);
-  for (int j = 0; j < 32; ++j) y[j] = float(q[j] - 16) * d;
+  codes(b, q);
+  for (int j = 0; j < 32; ++j) y[j] = float(q[j]) * d;
+}
+
+void dequant_q4_1(const uint8_t* b, float* y) {
+  const float d = load_half(b), m = load_half(b + 2);
+  int q[32];
+  unpack_nibbles(b + 4, q);
+  for (int j = 0; j < 32; ++j) y[j] = float(q[j]) * d + m;
 }
 
 void dequant_q5_1(const uint8_t* b, float* y) {
@@ -97,12 +132,6 @@ void dequant_q5_1(const uint8_t* b, float* y) {
   int q[32];
   unpack_5bit(b + 4, b + 8, q);
   for (int j = 0; j < 32; ++j) y[j] = float(q[j]) * d + m;
-}
-
-void dequant_q8_0(const uint8_t* b, float* y) {
-  const float d = load_half(b);
-  const int8_t* qs = reinterpret_cast<const int8_t*>(b + 2);
-  for (int j = 0; j < 32; ++j) y[j] = float(qs[j]) * d;
 }
 
 // ---- K-quants (256-value super-blocks) -----------------------------------------------------------
@@ -228,6 +257,25 @@ void dequant_q6_k(const uint8_t* b, float* y) {
         y[128 * h + 32 * k + l] = d * float(scales[8 * h + 2 * k + l / 16]) * float(q);
       }
     }
+  }
+}
+
+// IQ4_XS: 8 sub-blocks of 32 values, each with a 6-bit scale ls: its low four bits are the low (even
+// i) or high (odd i) nibble of scales_l[i / 2], its top two bits are bits 2i..2i+1 of the
+// little-endian u16 scales_h. Sub-block i's values are packed as an IQ4_NL block's in qs[16·i ..
+// 16·i + 15]: x = d·(ls - 32)·kvalues_iq4nl[nibble]. (d·(ls - 32) has at most 17 significant bits and
+// a table code at most 7, so every product is exact in fp32 whatever the order of multiplication.)
+void dequant_iq4_xs(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  const int scales_h = b[2] | b[3] << 8;
+  const uint8_t* scales_l = b + 4;
+  const uint8_t* qs = b + 8;
+  for (int i = 0; i < 8; ++i) {
+    const int ls = ((scales_l[i / 2] >> (4 * (i % 2))) & 0x0f) | ((scales_h >> (2 * i)) & 3) << 4;
+    const float dl = d * float(ls - 32);
+    int q[32];
+    unpack_nibbles(qs + 16 * i, q);
+    for (int j = 0; j < 32; ++j) y[32 * i + j] = dl * float(kIq4nlValues[q[j]]);
   }
 }
 
@@ -411,7 +459,7 @@ bool can_dequantize(GgmlType t) {
     case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
     case GgmlType::Q8_0: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
-    case GgmlType::Q5_K: case GgmlType::Q6_K:
+    case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
       return true;
     default:
       return false;
@@ -434,23 +482,33 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
       return;
     default: break;
   }
-  void (*block)(const uint8_t*, float*) = nullptr;
   int64_t bv = 0, bb = 0;
   ggml_type_block(t, &bv, &bb);
+  if (const CodesFn codes = codes_of(t)) {
+    for (int64_t i = 0; i < n / bv; ++i) dequant_codes(codes, s + i * bb, dst + i * bv);
+    return;
+  }
+  void (*block)(const uint8_t*, float*) = nullptr;
   switch (t) {
-    case GgmlType::Q4_0: block = dequant_q4_0; break;
     case GgmlType::Q4_1: block = dequant_q4_1; break;
-    case GgmlType::Q5_0: block = dequant_q5_0; break;
     case GgmlType::Q5_1: block = dequant_q5_1; break;
-    case GgmlType::Q8_0: block = dequant_q8_0; break;
     case GgmlType::Q2_K: block = dequant_q2_k; break;
     case GgmlType::Q3_K: block = dequant_q3_k; break;
     case GgmlType::Q4_K: block = dequant_q4_k; break;
     case GgmlType::Q5_K: block = dequant_q5_k; break;
     case GgmlType::Q6_K: block = dequant_q6_k; break;
+    case GgmlType::IQ4_XS: block = dequant_iq4_xs; break;
     default: break;
   }
   for (int64_t i = 0; i < n / bv; ++i) block(s + i * bb, dst + i * bv);
+}
+
+bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d) {
+  const CodesFn codes = codes_of(t);
+  if (!codes) return false;
+  codes(block, q);
+  *d = half_t(block[0] | block[1] << 8);
+  return true;
 }
 
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {

@@ -12,12 +12,18 @@
 namespace tllm {
 
 // Dequantises `n` values of type `t` (n a multiple of the type's block size) from `src` to `dst`.
-// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
-// Throws GgufError for any other type.
+// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
+// IQ4_XS. Throws GgufError for any other type.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 // True when dequantize_row handles `t`.
 bool can_dequantize(GgmlType t);
+
+// Q4_0, Q5_0, Q8_0 and IQ4_NL blocks are 32 integer codes times one fp16 scale d. For a block of one
+// of those types, writes its codes to q (32) and its d to *d, so that value j is exactly q[j]·d,
+// and returns true; returns false (writing nothing) for any other type. The codes: Q4_0 -8..7,
+// Q5_0 -16..15, Q8_0 -128..127, IQ4_NL the table's -127..113.
+bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d);
 
 // Quantises `n` fp32 values into type `t` (round-to-nearest reference quantisers). Supports F32,
 // F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K. Throws GgufError for any other type.
@@ -28,8 +34,10 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 void parallel_for(int64_t n, const std::function<void(int64_t i)>& fn);
 
 // Requantises a 2-D GGUF tensor (dims = {k, n}) to W8: each group of kW8Group values along a row
-// gets scale = max|w| / 127 (rounded to fp16) and q = round(w / scale). Throws GgufError when the
-// tensor is not 2-D, k is not a multiple of kW8Group, or the type cannot be dequantised.
+// gets scale = max|w| / 127 (rounded to fp16) and q = round(w / scale), except a group that is one
+// block of codes (block_codes) that fit ±127: it keeps them, q = ±code and scale = |d|, exactly.
+// Throws GgufError when the tensor is not 2-D, k is not a multiple of kW8Group, or the type cannot
+// be dequantised.
 HostWeights requantize_w8(const TensorInfo& t);
 // Converts a 2-D GGUF tensor to FP16 (used for lm_head and the embedding table it shares). From
 // Q8_0 the result also carries the blocks' int8 values and fp16 scales, the int8 form of the fp16

@@ -6,11 +6,15 @@
 //        q = clamp(round(w / scale), -127, 127) with the stored (rounded) scale; an all-zero group
 //        gets scale 0 and q 0. Error per value: |w - q·scale| <= scale/2, plus at most
 //        max|w|·2^-11 on the largest values when rounding the scale to fp16 made it smaller.
+//        A group that is one source block of integer codes times one fp16 scale d (Q4_0, Q5_0,
+//        Q8_0, IQ4_NL: block_codes) keeps them instead, q = code and scale = d (both negated when
+//        d < 0), with no error at all, unless a code does not fit ±127 (Q8_0's -128).
 //   F16: w rounded to fp16; from Q8_0 blocks also the blocks' int8 values and scales (the int8
 //        form of HostMatrix: each fp16 value is fp16(q · d)).
 // Rows are independent, so they are spread over the host's threads.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -30,9 +34,11 @@ void for_row_ranges(int64_t n, const std::function<void(int64_t, int64_t)>& fn) 
 }
 
 struct MatrixShape {
-  int64_t n = 0;          // rows
-  int64_t k = 0;          // values per row
-  size_t row_bytes = 0;   // encoded bytes per row
+  int64_t n = 0;             // rows
+  int64_t k = 0;             // values per row
+  size_t row_bytes = 0;      // encoded bytes per row
+  int64_t block_values = 0;  // values per block of the tensor's type
+  int64_t block_bytes = 0;   // bytes per block
 };
 
 // Checks that the tensor's type can be dequantised and that its bytes are all there.
@@ -54,13 +60,31 @@ MatrixShape matrix_shape(const TensorInfo& t, const char* what) {
                     std::to_string(t.dims.size()) + " dimensions");
   }
   check_readable(t);
-  int64_t bv = 0, bb = 0;
-  ggml_type_block(t.type, &bv, &bb);
   MatrixShape s;
+  ggml_type_block(t.type, &s.block_values, &s.block_bytes);
   s.k = t.dims[0];
   s.n = t.dims[1];
-  s.row_bytes = size_t(s.k / bv * bb);
+  s.row_bytes = size_t(s.k / s.block_values * s.block_bytes);
   return s;
+}
+
+// Takes over a source block of integer codes times one fp16 scale d (block_codes) as its W8 group:
+// q = code and scale = d, both negated when d < 0 so that the scale is >= 0 as the rounding rule
+// makes it; every q · scale is then the block's value exactly (a d of ±0 gives scale 0, q 0).
+// False, with nothing written, when the type's blocks are not codes, a code does not fit ±127 (Q8_0's
+// -128), or d is not finite (the rounding rule then reports the row).
+bool take_over_codes(GgmlType type, const uint8_t* block, int8_t* q, half_t* scale) {
+  static_assert(kW8Group == 32, "a block of codes (32 values) is one W8 group");
+  int codes[kW8Group];
+  half_t d = 0;
+  if (!block_codes(type, block, codes, &d) || !std::isfinite(half_to_float(d))) return false;
+  const int sign = (d & 0x8000) ? -1 : 1;
+  for (int j = 0; j < kW8Group; ++j) {
+    if (std::abs(codes[j]) > 127) return false;
+  }
+  *scale = half_t(d & 0x7fff);
+  for (int j = 0; j < kW8Group; ++j) q[j] = *scale == 0 ? 0 : int8_t(sign * codes[j]);
+  return true;
 }
 
 }  // namespace
@@ -77,11 +101,16 @@ HostWeights requantize_w8(const TensorInfo& t) {
   w.k = s.k;
   w.q.resize(size_t(s.n * s.k));           // (n, k)
   w.scales.resize(size_t(s.n * s.k / kW8Group));  // (n, k / kW8Group)
+  const bool blocks_are_groups = s.block_values == kW8Group;
   for_row_ranges(s.n, [&](int64_t begin, int64_t end) {
     std::vector<float> row(static_cast<size_t>(s.k));  // (k)
     for (int64_t r = begin; r < end; ++r) {
-      dequantize_row(t.type, t.data + size_t(r) * s.row_bytes, row.data(), s.k);
+      const uint8_t* src = t.data + size_t(r) * s.row_bytes;
+      dequantize_row(t.type, src, row.data(), s.k);
       for (int64_t g = 0; g < s.k / kW8Group; ++g) {
+        half_t* scale_out = &w.scales[size_t(r * (s.k / kW8Group) + g)];
+        int8_t* q = w.q.data() + r * s.k + g * kW8Group;
+        if (blocks_are_groups && take_over_codes(t.type, src + g * s.block_bytes, q, scale_out)) continue;
         const float* x = row.data() + g * kW8Group;
         float amax = 0;
         bool finite = true;
@@ -95,8 +124,7 @@ HostWeights requantize_w8(const TensorInfo& t) {
           throw GgufError("tensor '" + t.name + "': row " + std::to_string(r) +
                           " holds values that are not finite or too large for an fp16 scale");
         }
-        w.scales[size_t(r * (s.k / kW8Group) + g)] = sh;
-        int8_t* q = w.q.data() + r * s.k + g * kW8Group;
+        *scale_out = sh;
         for (int j = 0; j < kW8Group; ++j) {
           q[j] = scale == 0 ? 0 : int8_t(std::clamp(std::lround(x[j] / scale), -127L, 127L));
         }

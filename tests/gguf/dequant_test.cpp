@@ -49,20 +49,30 @@ TEST(Dequant, F32F16BF16) {
   expect_values(dequant(GgmlType::BF16, bb, 3), {1.0f, -3.0f, 3.140625f});
 }
 
-TEST(Dequant, Q4_0) {
-  // Two blocks: d = 0.5 then d = -1. Byte j holds value j (low nibble) and value j + 16 (high).
+// Two blocks of a format of 4-bit indices and one scale (d | qs[16], 18 bytes): d = d0 then d = -1.
+// Byte j holds the index of value j (low nibble), (j·step + block) & 15, and of value j + 16 (high
+// nibble), 15 - j. Sets want[v] = value(d, index of v) for the 64 values.
+std::vector<uint8_t> two_nibble_blocks(half_t d0, int step, float (*value)(float d, int index),
+                                       std::vector<float>& want) {
   std::vector<uint8_t> b(36, 0);
-  std::vector<float> want(64);
+  want.assign(64, 0.0f);
   for (int blk = 0; blk < 2; ++blk) {
-    const float d = blk == 0 ? 0.5f : -1.0f;
-    put_half(b, size_t(18 * blk), blk == 0 ? kHalf05 : kHalfMinus1);
+    const float d = blk == 0 ? half_to_float(d0) : -1.0f;
+    put_half(b, size_t(18 * blk), blk == 0 ? d0 : kHalfMinus1);
     for (int j = 0; j < 16; ++j) {
-      const int lo = (j * 3 + blk) & 15, hi = 15 - j;
+      const int lo = (j * step + blk) & 15, hi = 15 - j;
       b[size_t(18 * blk + 2 + j)] = uint8_t(lo | hi << 4);
-      want[size_t(32 * blk + j)] = float(lo - 8) * d;
-      want[size_t(32 * blk + j + 16)] = float(hi - 8) * d;
+      want[size_t(32 * blk + j)] = value(d, lo);
+      want[size_t(32 * blk + j + 16)] = value(d, hi);
     }
   }
+  return b;
+}
+
+TEST(Dequant, Q4_0) {
+  // d = 0.5 then d = -1; value = (index - 8)·d.
+  std::vector<float> want;
+  const auto b = two_nibble_blocks(kHalf05, 3, [](float d, int q) { return float(q - 8) * d; }, want);
   const auto y = dequant(GgmlType::Q4_0, b, 64);
   expect_values(y, want);
   // Byte 0 of block 0 is 0xf0: value 0 = (0 - 8)·0.5 = -4, value 16 = (15 - 8)·0.5 = 3.5.
@@ -150,6 +160,26 @@ TEST(Dequant, Q8_0) {
   const auto y = dequant(GgmlType::Q8_0, b, 32);
   expect_values(y, want);
   EXPECT_EQ(y[0], -32.0f);
+}
+
+// ggml's kvalues_iq4nl: the codes an IQ4_NL or IQ4_XS 4-bit index selects.
+constexpr int kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+TEST(Dequant, IQ4_NL) {
+  // d = 0.25 then d = -1; value = d·kvalues_iq4nl[index] (step 7: every index once in each half).
+  std::vector<float> want;
+  const auto b = two_nibble_blocks(kHalf025, 7, [](float d, int q) { return d * float(kIq4nl[q]); }, want);
+  const auto y = dequant(GgmlType::IQ4_NL, b, 64);
+  expect_values(y, want);
+  // Hand-worked: block 0, byte 0 = 0xf0: value 0 = 0.25·kvalues[0] = 0.25·(-127) = -31.75, value 16
+  // = 0.25·kvalues[15] = 0.25·113 = 28.25. Block 1, byte 1 = 0xe8: value 33 = -1·kvalues[8] = -1,
+  // value 49 = -1·kvalues[14] = -89.
+  EXPECT_EQ(b[2], 0xf0);
+  EXPECT_EQ(y[0], -31.75f);
+  EXPECT_EQ(y[16], 28.25f);
+  EXPECT_EQ(b[18 + 2 + 1], 0xe8);
+  EXPECT_EQ(y[33], -1.0f);
+  EXPECT_EQ(y[49], -89.0f);
 }
 
 // ---- K-quants: 256 values in 16 sub-blocks of 16 (Q2_K, Q3_K, Q6_K) or 8 of 32 (Q4_K, Q5_K) ------
@@ -388,6 +418,75 @@ TEST(Dequant, Q6_K) {
   EXPECT_EQ(y[210], -14.0f);
 }
 
+// Packs the 6-bit scales of an IQ4_XS block (bytes 2..7 of `block`): the low four bits of scale i
+// go to the low (even i) or high (odd i) nibble of scales_l[i / 2] (byte 4 + i / 2), the top two to
+// bits 2i..2i+1 of the little-endian u16 scales_h (bytes 2..3).
+void pack_iq4_xs_scales(const int* ls, uint8_t* block) {
+  uint32_t h = 0;
+  std::memset(block + 4, 0, 4);
+  for (int i = 0; i < 8; ++i) {
+    block[4 + i / 2] |= uint8_t((ls[i] & 15) << (4 * (i % 2)));
+    h |= uint32_t(ls[i] >> 4) << (2 * i);
+  }
+  block[2] = uint8_t(h & 0xff);
+  block[3] = uint8_t(h >> 8);
+}
+
+TEST(Dequant, IQ4_XS) {
+  // d | scales_h | scales_l[4] | qs[128]. Sub-block i (values 32i..32i+31) has the 6-bit scale ls_i
+  // and its indices in qs[16i..16i+15] as an IQ4_NL block (byte j: value j low nibble, value j + 16
+  // high); value = d·(ls_i - 32)·kvalues_iq4nl[index]. Two super-blocks: d = 0.5 then d = -1.
+  std::vector<uint8_t> b(2 * 136, 0);
+  std::vector<float> want(512);
+  for (int blk = 0; blk < 2; ++blk) {
+    uint8_t* p = b.data() + 136 * blk;
+    const float d = blk ? -1.0f : 0.5f;
+    put_half(b, size_t(136 * blk), blk ? kHalfMinus1 : kHalf05);
+    int ls[8];
+    for (int i = 0; i < 8; ++i) ls[i] = (i * 23 + 5 + 7 * blk) % 64;  // above and below 32
+    pack_iq4_xs_scales(ls, p);
+    for (int v = 0; v < 256; ++v) {
+      const int i = v / 32, r = v % 32;
+      const int index = (v * 5 + 3 + blk) & 15;
+      p[8 + 16 * i + r % 16] |= uint8_t(index << (r < 16 ? 0 : 4));
+      want[size_t(256 * blk + v)] = d * float(ls[i] - 32) * float(kIq4nl[index]);
+    }
+  }
+  expect_values(dequant(GgmlType::IQ4_XS, b, 512), want);
+
+  // Hand-worked, d = 0.5 (bytes 0..1 = 0x3800):
+  //   sub-block 0: ls = 0xa (scales_l[0] low nibble) | 2 << 4 (scales_h bits 0..1) = 42 -> 0.5·10 = 5
+  //   sub-block 3: ls = 0xd (scales_l[1] high nibble) | 1 << 4 (scales_h bits 6..7) = 29 -> 0.5·(-3)
+  //                = -1.5 (ls < 32: a negative multiplier)
+  //   sub-block 7: ls = 0xf (scales_l[3] high nibble) | 3 << 4 (scales_h bits 14..15) = 63 -> 15.5
+  //   the others: ls = 0 -> 0.5·(-32) = -16
+  // so scales_h = 0x0002 | 0x0040 | 0xc000 = 0xc042 (bytes 0x42, 0xc0), scales_l = {0x0a, 0xd0, 0, 0xf0}.
+  //   qs[0] = 0x0f:   value 0 = 5·kvalues[15] = 5·113 = 565; value 16 = 5·kvalues[0] = 5·(-127) = -635
+  //   qs[53] = 0xc8:  value 101 (sub-block 3, j 5) = -1.5·kvalues[8] = -1.5·1 = -1.5;
+  //                   value 117 = -1.5·kvalues[12] = -1.5·53 = -79.5
+  //   qs[127] = 0x90: value 239 = 15.5·kvalues[0] = 15.5·(-127) = -1968.5;
+  //                   value 255 = 15.5·kvalues[9] = 15.5·13 = 201.5
+  //   qs[24] = 0:     value 40 (sub-block 1, j 8) = -16·(-127) = 2032
+  std::vector<uint8_t> s(136, 0);
+  put_half(s, 0, kHalf05);
+  s[2] = 0x42;
+  s[3] = 0xc0;
+  s[4] = 0x0a;
+  s[5] = 0xd0;
+  s[7] = 0xf0;
+  s[8 + 0] = 0x0f;
+  s[8 + 53] = 0xc8;
+  s[8 + 127] = 0x90;
+  const auto y = dequant(GgmlType::IQ4_XS, s, 256);
+  EXPECT_EQ(y[0], 565.0f);
+  EXPECT_EQ(y[16], -635.0f);
+  EXPECT_EQ(y[101], -1.5f);
+  EXPECT_EQ(y[117], -79.5f);
+  EXPECT_EQ(y[239], -1968.5f);
+  EXPECT_EQ(y[255], 201.5f);
+  EXPECT_EQ(y[40], 2032.0f);
+}
+
 TEST(Dequant, RejectsUnsupportedTypesAndPartialBlocks) {
   std::vector<uint8_t> b(1024, 0);
   std::vector<float> y(256);
@@ -396,10 +495,11 @@ TEST(Dequant, RejectsUnsupportedTypesAndPartialBlocks) {
   EXPECT_THROW(dequantize_row(static_cast<GgmlType>(16), b.data(), y.data(), 256), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::Q4_0, b.data(), y.data(), 33), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::Q6_K, b.data(), y.data(), 128), GgufError);
+  EXPECT_THROW(dequantize_row(GgmlType::IQ4_XS, b.data(), y.data(), 32), GgufError);
   EXPECT_FALSE(can_dequantize(GgmlType::Q8_K));
   for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
                      GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
-                     GgmlType::Q5_K, GgmlType::Q6_K}) {
+                     GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     EXPECT_TRUE(can_dequantize(t)) << ggml_type_name(t);
   }
 }

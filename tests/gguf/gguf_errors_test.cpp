@@ -12,7 +12,7 @@ using test::RawGguf;
 using test::ScratchDir;
 
 constexpr uint32_t kString = 8, kArray = 9, kU32 = 4, kU64 = 10, kU8 = 0, kI32 = 5, kBool = 7;
-constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ8_0 = 8;
+constexpr uint32_t kF32 = 0, kQ4_0 = 2, kQ8_0 = 8, kIQ4_XS = 23;
 
 // Opens `path` and checks that it fails with a message holding the path and `needle`.
 void expect_error(const std::string& path, const std::string& needle) {
@@ -210,6 +210,7 @@ TEST(GgufErrors, TensorShapes) {
   // 2^61 F32 values: the count fits in int64 but the byte size does not fit in the file.
   expect_error(one_tensor("t", {uint64_t(1) << 61}, kF32, 0), "extends past the end of the file");
   expect_error(one_tensor("w", {48, 2}, kQ4_0, 0), "tensor 'w' row length 48 is not a multiple of the Q4_0 block size 32");
+  expect_error(one_tensor("w", {64, 2}, kIQ4_XS, 0), "tensor 'w' row length 64 is not a multiple of the IQ4_XS block size 256");
   expect_error(one_tensor("", {4}, kF32, 0), "tensor 0 has an empty name");
   expect_error(one_tensor(std::string(65, 'n'), {4}, kF32, 0), "tensor 0 name is 65 bytes long");
 }

@@ -10,6 +10,7 @@
 
 #include "gguf_test_util.h"
 #include "model/gguf.h"
+#include "model/quants.h"
 
 namespace tllm {
 namespace {
@@ -262,6 +263,71 @@ TEST(GgufReader, TensorsAreAlignedAndHoldTheirBytes) {
     EXPECT_EQ(d.rows(), 60);
     EXPECT_EQ(f->find_tensor("a")->rows(), 1);
     EXPECT_EQ(f->file_size(), std::filesystem::file_size(path));
+  }
+}
+
+// IQ4_NL and IQ4_XS tensors: the reader takes their block sizes (32 values in 18 bytes, 256 in 136)
+// and their values dequantise. Expected values from the format definitions, worked by hand:
+//   IQ4_NL {64, 2}: block i (i = 0..3) has d = 0.25·(i + 1) and every qs byte 0x3c, so value j of a
+//     block is d·kvalues_iq4nl[0xc] = d·53 (j < 16, low nibble) or d·kvalues_iq4nl[0x3] = d·(-65).
+//   IQ4_XS {256, 2}: every qs byte 0x80, so value j of a sub-block has index 0 (-127, j < 16) or 8
+//     (1, j >= 16). Row 0: d = 1, every 6-bit scale 63 (scales_h 0xffff, scales_l bytes 0xff) ->
+//     multiplier 31: 31·(-127) = -3937 and 31. Row 1: d = 2, every scale 0 -> multiplier -32:
+//     2·(-32)·(-127) = 8128 and 2·(-32)·1 = -64.
+TEST(GgufReader, Iq4TensorsOpenAndDequantise) {
+  ScratchDir dir;
+  const std::string path = dir.file("iq4.gguf");
+  GgufWriter w;
+  w.set_string("general.architecture", "test");
+  w.add_tensor("nl.weight", GgmlType::IQ4_NL, {64, 2});
+  w.add_tensor("xs.weight", GgmlType::IQ4_XS, {256, 2});
+  EXPECT_EQ(w.tensor_bytes(0), 72u);   // 4 blocks of 18 bytes
+  EXPECT_EQ(w.tensor_bytes(1), 272u);  // 2 super-blocks of 136 bytes
+  w.write(path, [](size_t index, uint8_t* dst, size_t) {
+    if (index == 0) {
+      const uint16_t d[4] = {0x3400, 0x3800, 0x3a00, 0x3c00};  // 0.25, 0.5, 0.75, 1
+      for (int i = 0; i < 4; ++i) {
+        dst[18 * i] = uint8_t(d[i] & 0xff);
+        dst[18 * i + 1] = uint8_t(d[i] >> 8);
+        std::memset(dst + 18 * i + 2, 0x3c, 16);
+      }
+      return;
+    }
+    for (int r = 0; r < 2; ++r) {
+      uint8_t* b = dst + 136 * r;
+      b[0] = 0x00;
+      b[1] = r ? 0x40 : 0x3c;                // d = 2 or 1
+      std::memset(b + 2, r ? 0x00 : 0xff, 6);  // scales_h, scales_l
+      std::memset(b + 8, 0x80, 128);
+    }
+  });
+
+  auto f = GgufFile::open(path);
+  const TensorInfo* nl = f->find_tensor("nl.weight");
+  const TensorInfo* xs = f->find_tensor("xs.weight");
+  ASSERT_NE(nl, nullptr);
+  ASSERT_NE(xs, nullptr);
+  EXPECT_EQ(nl->type, GgmlType::IQ4_NL);
+  EXPECT_EQ(std::string(ggml_type_name(nl->type)), "IQ4_NL");
+  EXPECT_EQ(nl->dims, (std::vector<int64_t>{64, 2}));
+  EXPECT_EQ(nl->bytes, 72u);
+  EXPECT_EQ(xs->type, GgmlType::IQ4_XS);
+  EXPECT_EQ(std::string(ggml_type_name(xs->type)), "IQ4_XS");
+  EXPECT_EQ(xs->dims, (std::vector<int64_t>{256, 2}));
+  EXPECT_EQ(xs->bytes, 272u);
+
+  const std::vector<float> y = dequantize_tensor(*nl);
+  ASSERT_EQ(y.size(), 128u);
+  for (size_t v = 0; v < y.size(); ++v) {
+    const float d = 0.25f * float(v / 32 + 1);
+    ASSERT_EQ(y[v], v % 32 < 16 ? d * 53 : d * -65) << "IQ4_NL value " << v;
+  }
+  const std::vector<float> z = dequantize_tensor(*xs);
+  ASSERT_EQ(z.size(), 512u);
+  for (size_t v = 0; v < z.size(); ++v) {
+    const bool low = v % 32 < 16;
+    const float want = v < 256 ? (low ? -3937.0f : 31.0f) : (low ? 8128.0f : -64.0f);
+    ASSERT_EQ(z[v], want) << "IQ4_XS value " << v;
   }
 }
 

@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <limits>
+#include <sstream>
 
 #include "backend/backend.h"
 #include "hardening/hardening_util.h"
@@ -261,6 +262,34 @@ TEST(ModelChecks, LinearRopeScalingIsRead) {
     EXPECT_EQ(c.rope_freq_factors, cases[i].factors) << "case " << i;
     EXPECT_EQ(c.rope_scaling, cases[i].scaling) << "case " << i;
   }
+}
+
+// Weight matrices stored as IQ4_NL and IQ4_XS load (requantised to W8) and run, and inspect names
+// their types. The retyped matrices hold zeros (write_edited): valid blocks of either type.
+TEST(ModelChecks, Iq4MatricesLoadAndRun) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string path = dir.file("iq4.gguf");
+  ModelEdit e;
+  e.retype["blk.0.attn_q.weight"] = GgmlType::IQ4_NL;
+  e.retype["blk.1.ffn_down.weight"] = GgmlType::IQ4_XS;  // rows of n_ff = 256 values: one super-block
+  write_edited(*base, path, e);
+  const std::vector<RunResult> r = run_all({inspect_command(path), generate_command(path)});
+  expect_success(r[0]);
+  EXPECT_TRUE(expect_inspect_outcome(r[0], path));
+  // The type column of a tensor's row in inspect's table.
+  auto listed_type = [&](const std::string& tensor) {
+    std::istringstream lines(r[0].out);
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream fields(line);
+      std::string name, type;
+      if (fields >> name >> type && name == tensor) return type;
+    }
+    return std::string("(not listed)");
+  };
+  EXPECT_EQ(listed_type("blk.0.attn_q.weight"), "IQ4_NL") << r[0].describe();
+  EXPECT_EQ(listed_type("blk.1.ffn_down.weight"), "IQ4_XS") << r[0].describe();
+  expect_success(r[1]);
 }
 
 TEST(ModelChecks, EveryViolationIsRejectedInProcessBeforeAllocating) {
