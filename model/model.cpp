@@ -204,6 +204,15 @@ ModelConfig read_model_config(const GgufFile& f) {
                 std::to_string(c.n_head));
   }
   c.head_dim = c.n_embd / c.n_head;
+  // Models whose heads are not n_embd / n_head wide (Mistral-Nemo, say) say so in these keys; the
+  // forward pass sizes q, k, v and the output projection by n_embd and cannot run them.
+  for (const char* k : {"attention.key_length", "attention.value_length"}) {
+    if (f.find(a + k) && f.get_int(a + k) != c.head_dim) {
+      fail(f, "metadata '" + a + k + "' = " + std::to_string(f.get_int(a + k)) +
+                  " is not embedding_length / head_count = " + std::to_string(c.head_dim) +
+                  "; heads of another width are not supported");
+    }
+  }
   if (c.head_dim % 2 != 0 || c.head_dim > 256) {
     fail(f, "head dimension " + std::to_string(c.head_dim) + " is not supported (even, at most 256)");
   }

@@ -104,6 +104,10 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
   add("width-not-multiple-of-heads", set_key(a + "attention.head_count", u32_value(6)), Stage::Config,
       "embedding_length = 64 is not a multiple of head_count = 6");
   add("head-dim-one", set_key(a + "attention.head_count", u32_value(64)), Stage::Config, "head dimension 1");
+  add("key-length-other-than-head-dim", set_key(a + "attention.key_length", u32_value(32)), Stage::Config,
+      "metadata 'qwen2.attention.key_length' = 32 is not embedding_length / head_count = 16");
+  add("value-length-other-than-head-dim", set_key(a + "attention.value_length", u32_value(8)), Stage::Config,
+      "metadata 'qwen2.attention.value_length' = 8 is not embedding_length / head_count = 16");
   add("partial-rope", set_key(a + "rope.dimension_count", u32_value(8)), Stage::Config, "partial rotary");
   add("rope-theta-zero", set_key(a + "rope.freq_base", f32_value(0.0f)), Stage::Config, "rope.freq_base must be > 1");
   add("rope-theta-nan", set_key(a + "rope.freq_base", f32_value(std::nanf(""))), Stage::Config,
