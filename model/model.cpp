@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <set>
 
 #include "model/quants.h"
 
@@ -41,25 +42,6 @@ const TensorInfo& need_tensor(const GgufFile& f, const std::string& name, std::v
     fail(f, "tensor '" + name + "' has unsupported type " + std::string(ggml_type_name(t->type)));
   }
   return *t;
-}
-
-// Whether the forward pass reads tensor `name`: the tensors Model::load needs for layers
-// 0..n_layer-1 and for the whole model. rope_freqs.weight (rope frequency factors) counts as read:
-// the rope code owns it.
-bool used_by_forward(const ModelConfig& c, const std::string& name) {
-  if (name == "token_embd.weight" || name == "output_norm.weight" || name == "rope_freqs.weight") return true;
-  if (name == "output.weight") return !c.tied_embeddings;
-  if (name.rfind("blk.", 0) != 0) return false;
-  size_t end = 4;
-  while (end < name.size() && end < 9 && name[end] >= '0' && name[end] <= '9') ++end;
-  if (end == 4 || end >= name.size() || name[end] != '.' || (name[4] == '0' && end > 5)) return false;
-  if (std::stoi(name.substr(4, end - 4)) >= c.n_layer) return false;
-  const std::string part = name.substr(end + 1);
-  for (const char* w : {"attn_norm.weight", "attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-                        "ffn_norm.weight", "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
-    if (part == w) return true;
-  }
-  return c.qkv_bias && (part == "attn_q.bias" || part == "attn_k.bias" || part == "attn_v.bias");
 }
 
 // `s` with control characters written as \xNN: text from the file stays on one line in messages.
@@ -288,30 +270,37 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
 
   const int64_t E = c.n_embd, F = c.n_ff, KV = c.kv_dim();
   // Check every tensor before converting any, so a bad file fails fast and allocates nothing.
+  // The tensors the forward pass reads: each checked by `need`; rope_freqs.weight, when present, was
+  // checked by read_model_config.
+  std::set<std::string> used = {"rope_freqs.weight"};
+  auto need = [&](const std::string& name, std::vector<int64_t> dims) {
+    need_tensor(f, name, std::move(dims));
+    used.insert(name);
+  };
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    need_tensor(f, p + "attn_norm.weight", {E});
-    need_tensor(f, p + "attn_q.weight", {E, E});
-    need_tensor(f, p + "attn_k.weight", {E, KV});
-    need_tensor(f, p + "attn_v.weight", {E, KV});
-    need_tensor(f, p + "attn_output.weight", {E, E});
-    need_tensor(f, p + "ffn_norm.weight", {E});
-    need_tensor(f, p + "ffn_gate.weight", {E, F});
-    need_tensor(f, p + "ffn_up.weight", {E, F});
-    need_tensor(f, p + "ffn_down.weight", {F, E});
+    need(p + "attn_norm.weight", {E});
+    need(p + "attn_q.weight", {E, E});
+    need(p + "attn_k.weight", {E, KV});
+    need(p + "attn_v.weight", {E, KV});
+    need(p + "attn_output.weight", {E, E});
+    need(p + "ffn_norm.weight", {E});
+    need(p + "ffn_gate.weight", {E, F});
+    need(p + "ffn_up.weight", {E, F});
+    need(p + "ffn_down.weight", {F, E});
     if (c.qkv_bias) {
-      need_tensor(f, p + "attn_q.bias", {E});
-      need_tensor(f, p + "attn_k.bias", {KV});
-      need_tensor(f, p + "attn_v.bias", {KV});
+      need(p + "attn_q.bias", {E});
+      need(p + "attn_k.bias", {KV});
+      need(p + "attn_v.bias", {KV});
     }
   }
-  need_tensor(f, "output_norm.weight", {E});
-  need_tensor(f, "token_embd.weight", {E, c.n_vocab});
-  if (!c.tied_embeddings) need_tensor(f, "output.weight", {E, c.n_vocab});
+  need("output_norm.weight", {E});
+  need("token_embd.weight", {E, c.n_vocab});
+  if (!c.tied_embeddings) need("output.weight", {E, c.n_vocab});
   // A tensor the forward pass would ignore (a bias on the output projection, say) means the file
   // describes a different computation than the one that would run.
   for (const TensorInfo& t : f.tensors()) {
-    if (!used_by_forward(c, t.name)) {
+    if (!used.count(t.name)) {
       fail(f, "tensor '" + printable(t.name) + "' is not used by the " + c.arch +
                   " forward pass; the file cannot be run correctly");
     }
