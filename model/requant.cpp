@@ -106,12 +106,18 @@ HostWeights requantize_w8(const TensorInfo& t) {
     std::vector<float> row(static_cast<size_t>(s.k));  // (k)
     for (int64_t r = begin; r < end; ++r) {
       const uint8_t* src = t.data + size_t(r) * s.row_bytes;
-      dequantize_row(t.type, src, row.data(), s.k);
+      // Where blocks are groups, each block is read on its own: taken over when it is codes, else
+      // dequantised alone; other types are dequantised a row at a time.
+      if (!blocks_are_groups) dequantize_row(t.type, src, row.data(), s.k);
       for (int64_t g = 0; g < s.k / kW8Group; ++g) {
         half_t* scale_out = &w.scales[size_t(r * (s.k / kW8Group) + g)];
         int8_t* q = w.q.data() + r * s.k + g * kW8Group;
-        if (blocks_are_groups && take_over_codes(t.type, src + g * s.block_bytes, q, scale_out)) continue;
-        const float* x = row.data() + g * kW8Group;
+        float* x = row.data() + g * kW8Group;
+        if (blocks_are_groups) {
+          const uint8_t* block = src + g * s.block_bytes;
+          if (take_over_codes(t.type, block, q, scale_out)) continue;
+          dequantize_row(t.type, block, x, kW8Group);
+        }
         float amax = 0;
         bool finite = true;
         for (int j = 0; j < kW8Group; ++j) {
