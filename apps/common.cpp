@@ -68,7 +68,7 @@ void Progress::update(size_t done, size_t total) {
 
 std::unique_ptr<Tokenizer> load_tokenizer(const GgufFile& f) {
   std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(f);
-  if (!f.find("tokenizer.ggml.pre")) {
+  if (!tok->is_sentencepiece() && !f.find("tokenizer.ggml.pre")) {
     warn(f.path() + ": tokenizer.ggml.pre is missing; assuming the gpt-2 pre-tokenizer ('default')");
   }
   return tok;

@@ -65,7 +65,7 @@ struct ModelRequest {
 // trained context is capped there, with a note on stderr unless quiet.
 LoadedModel load_model(const ModelRequest& req);
 
-// Tokenizer::from_gguf, with a warning on stderr when the file names no pre-tokenizer.
+// Tokenizer::from_gguf, with a warning on stderr when a byte-level BPE file names no pre-tokenizer.
 std::unique_ptr<Tokenizer> load_tokenizer(const GgufFile& f);
 
 // The tokens of a prompt that starts a context: a BOS first when the tokenizer asks for one

@@ -345,18 +345,8 @@ std::string Tokenizer::supported_pre_tokenizers() {
   return s;
 }
 
-void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> token_types,
-                      const std::vector<std::string>& merges, const std::string& pre,
-                      const SpecialTokenIds& special) {
-  const PreName* pn = find_pre(pre);
-  if (!pn) {
-    throw TokenizerError("unknown pre-tokenizer '" + pre + "' (supported: " +
-                         supported_pre_tokenizers() + ")");
-  }
-  pre_name_ = pre;
-  pre_ = static_cast<Pre>(pn->kind);
-  ignore_merges_ = pre_ == Pre::Llama3;
-
+void Tokenizer::build_common(std::vector<std::string> tokens, std::vector<int32_t> token_types,
+                             const SpecialTokenIds& special) {
   const size_t n = tokens.size();
   if (n == 0) throw TokenizerError("empty vocabulary");
   if (n > 0x7FFFFFFF) throw TokenizerError("vocabulary too large");
@@ -376,6 +366,71 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
   for (size_t i = 0; i < n; ++i) {
     if (!tokens_[i].empty()) text_to_id_.emplace(tokens_[i], static_cast<int32_t>(i));
   }
+
+  for (auto& v : special_by_first_byte_) v.clear();
+  has_special_ = false;
+  for (size_t i = 0; i < n; ++i) {
+    if ((types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined) &&
+        !tokens_[i].empty()) {
+      special_by_first_byte_[static_cast<uint8_t>(tokens_[i][0])].push_back(static_cast<int32_t>(i));
+      has_special_ = true;
+    }
+  }
+  for (auto& v : special_by_first_byte_) {
+    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
+      return tokens_[a].size() > tokens_[b].size();
+    });
+  }
+
+  auto checked = [&](int32_t id, const char* what) {
+    if (id < -1 || id >= static_cast<int32_t>(n)) {
+      throw TokenizerError(std::string(what) + " id " + std::to_string(id) +
+                           " is outside the vocabulary (n_vocab " + std::to_string(n) + ")");
+    }
+    return id;
+  };
+  unk_ = checked(special.unk, "unk");
+  bos_ = checked(special.bos, "bos");
+  eos_ = checked(special.eos, "eos");
+  eot_ = checked(special.eot, "eot");
+  eom_ = checked(special.eom, "eom");
+  pad_ = checked(special.pad, "pad");
+  auto special_text = [&](const char* text) {
+    auto it = text_to_id_.find(text);
+    if (it == text_to_id_.end()) return -1;
+    const TokenType t = types_[it->second];
+    return (t == TokenType::Control || t == TokenType::UserDefined) ? it->second : -1;
+  };
+  for (const char* text : kEndOfTurnTexts) {
+    if (eot_ < 0) eot_ = special_text(text);
+  }
+  end_of_generation_.clear();
+  for (int32_t id : {eos_, eot_, eom_}) {
+    if (id >= 0) end_of_generation_.push_back(id);
+  }
+  for (const char* text : kEndOfGenerationTexts) {
+    const int32_t id = special_text(text);
+    if (id >= 0) end_of_generation_.push_back(id);
+  }
+  std::sort(end_of_generation_.begin(), end_of_generation_.end());
+  end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()),
+                           end_of_generation_.end());
+}
+
+void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> token_types,
+                      const std::vector<std::string>& merges, const std::string& pre,
+                      const SpecialTokenIds& special) {
+  const PreName* pn = find_pre(pre);
+  if (!pn) {
+    throw TokenizerError("unknown pre-tokenizer '" + pre + "' (supported: " +
+                         supported_pre_tokenizers() + ")");
+  }
+  pre_name_ = pre;
+  pre_ = static_cast<Pre>(pn->kind);
+  ignore_merges_ = pre_ == Pre::Llama3;
+  build_common(std::move(tokens), std::move(token_types), special);
+  add_bos_ = special.add_bos.value_or(pre_ == Pre::Llama3);
+  const size_t n = tokens_.size();
 
   // Raw bytes of every token: special tokens stand for their own text.
   bytes_off_.resize(n + 1);
@@ -426,55 +481,6 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
     if (mt == TokenType::Control || mt == TokenType::UserDefined) continue;
     merges_->insert(left->second, right->second, static_cast<int32_t>(rank), merged->second);
   }
-
-  for (auto& v : special_by_first_byte_) v.clear();
-  has_special_ = false;
-  for (size_t i = 0; i < n; ++i) {
-    if ((types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined) &&
-        !tokens_[i].empty()) {
-      special_by_first_byte_[static_cast<uint8_t>(tokens_[i][0])].push_back(static_cast<int32_t>(i));
-      has_special_ = true;
-    }
-  }
-  for (auto& v : special_by_first_byte_) {
-    std::stable_sort(v.begin(), v.end(), [&](int32_t a, int32_t b) {
-      return tokens_[a].size() > tokens_[b].size();
-    });
-  }
-
-  auto checked = [&](int32_t id, const char* what) {
-    if (id < -1 || id >= static_cast<int32_t>(n)) {
-      throw TokenizerError(std::string(what) + " id " + std::to_string(id) +
-                           " is outside the vocabulary (n_vocab " + std::to_string(n) + ")");
-    }
-    return id;
-  };
-  bos_ = checked(special.bos, "bos");
-  eos_ = checked(special.eos, "eos");
-  eot_ = checked(special.eot, "eot");
-  eom_ = checked(special.eom, "eom");
-  pad_ = checked(special.pad, "pad");
-  add_bos_ = special.add_bos.value_or(pre_ == Pre::Llama3);
-  auto special_text = [&](const char* text) {
-    auto it = text_to_id_.find(text);
-    if (it == text_to_id_.end()) return -1;
-    const TokenType t = types_[it->second];
-    return (t == TokenType::Control || t == TokenType::UserDefined) ? it->second : -1;
-  };
-  for (const char* text : kEndOfTurnTexts) {
-    if (eot_ < 0) eot_ = special_text(text);
-  }
-  end_of_generation_.clear();
-  for (int32_t id : {eos_, eot_, eom_}) {
-    if (id >= 0) end_of_generation_.push_back(id);
-  }
-  for (const char* text : kEndOfGenerationTexts) {
-    const int32_t id = special_text(text);
-    if (id >= 0) end_of_generation_.push_back(id);
-  }
-  std::sort(end_of_generation_.begin(), end_of_generation_.end());
-  end_of_generation_.erase(std::unique(end_of_generation_.begin(), end_of_generation_.end()),
-                           end_of_generation_.end());
 }
 
 std::unique_ptr<Tokenizer> Tokenizer::from_vocab(std::vector<std::string> tokens,
@@ -487,32 +493,59 @@ std::unique_ptr<Tokenizer> Tokenizer::from_vocab(std::vector<std::string> tokens
   return tok;
 }
 
+std::unique_ptr<Tokenizer> Tokenizer::from_spm_vocab(std::vector<std::string> pieces,
+                                                     std::vector<float> scores,
+                                                     std::vector<int32_t> token_types,
+                                                     const SpecialTokenIds& special,
+                                                     bool add_space_prefix) {
+  std::unique_ptr<Tokenizer> tok(new Tokenizer());
+  tok->build_spm(std::move(pieces), std::move(scores), std::move(token_types), special,
+                 add_space_prefix);
+  return tok;
+}
+
 std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
   const std::string& path = f.path();
   std::vector<std::string> tokens;
   std::vector<int32_t> types;
   std::vector<std::string> merges;
+  std::vector<float> scores;
   std::string pre;
   SpecialTokenIds special;
+  bool spm = false;
+  bool add_space_prefix = true;
   try {
     if (!f.find("tokenizer.ggml.model")) {
       throw TokenizerError(path + ": missing tokenizer.ggml.model (the file holds no tokenizer)");
     }
     const std::string model = f.get_string("tokenizer.ggml.model");
-    if (model != "gpt2") {
+    if (model != "gpt2" && model != "llama") {
       throw TokenizerError(path + ": tokenizer.ggml.model is '" + model +
-                           "'; only 'gpt2' (byte-level BPE) is supported");
+                           "'; supported: 'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE)");
     }
-    pre = f.get_string("tokenizer.ggml.pre", "default");
-    if (!find_pre(pre)) {
-      throw TokenizerError(path + ": tokenizer.ggml.pre '" + pre + "' is not supported (supported: " +
-                           supported_pre_tokenizers() + ")");
+    spm = model == "llama";
+    if (!spm) {
+      pre = f.get_string("tokenizer.ggml.pre", "default");
+      if (!find_pre(pre)) {
+        throw TokenizerError(path + ": tokenizer.ggml.pre '" + pre +
+                             "' is not supported (supported: " + supported_pre_tokenizers() + ")");
+      }
     }
-    for (const char* key : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges"}) {
+    for (const char* key : {"tokenizer.ggml.tokens", spm ? "tokenizer.ggml.scores" : "tokenizer.ggml.merges"}) {
       if (!f.find(key)) throw TokenizerError(path + ": missing " + key);
     }
     tokens = f.get_string_array("tokenizer.ggml.tokens");
-    merges = f.get_string_array("tokenizer.ggml.merges");
+    if (spm) {
+      const std::vector<double> s = f.get_float_array("tokenizer.ggml.scores");
+      if (s.size() != tokens.size()) {
+        throw TokenizerError(path + ": tokenizer.ggml.scores has " + std::to_string(s.size()) +
+                             " entries for " + std::to_string(tokens.size()) + " tokens");
+      }
+      scores.assign(s.begin(), s.end());
+      add_space_prefix = f.get_bool("tokenizer.ggml.add_space_prefix", true);
+    } else {
+      merges = f.get_string_array("tokenizer.ggml.merges");
+    }
     if (f.find("tokenizer.ggml.token_type")) {
       const std::vector<int64_t> t = f.get_int_array("tokenizer.ggml.token_type");
       if (t.size() != tokens.size()) {
@@ -530,6 +563,7 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
       }
       return static_cast<int32_t>(id);
     };
+    special.unk = id_of("tokenizer.ggml.unknown_token_id");
     special.bos = id_of("tokenizer.ggml.bos_token_id");
     special.eos = id_of("tokenizer.ggml.eos_token_id");
     special.eot = id_of("tokenizer.ggml.eot_token_id");
@@ -542,6 +576,10 @@ std::unique_ptr<Tokenizer> Tokenizer::from_gguf(const GgufFile& f) {
     throw TokenizerError(e.what());
   }
   try {
+    if (spm) {
+      return from_spm_vocab(std::move(tokens), std::move(scores), std::move(types), special,
+                            add_space_prefix);
+    }
     return from_vocab(std::move(tokens), std::move(types), std::move(merges), pre, special);
   } catch (const TokenizerError& e) {
     throw TokenizerError(path + ": tokenizer: " + e.what());
@@ -671,6 +709,10 @@ std::string_view Tokenizer::split_text(std::string_view text, Workspace& ws) con
 }
 
 void Tokenizer::encode_text(std::string_view text, Workspace& ws, std::vector<int32_t>& out) const {
+  if (spm_) {
+    spm_encode_text(text, out);
+    return;
+  }
   text = split_text(text, ws);
   size_t begin = 0;
   for (uint32_t end : ws.ends) {
@@ -682,6 +724,10 @@ void Tokenizer::encode_text(std::string_view text, Workspace& ws, std::vector<in
 
 std::vector<std::string> Tokenizer::pre_tokenize(const std::string& text) const {
   check_text_size(text.size());
+  if (spm_) {
+    if (text.empty()) return {};
+    return {add_space_prefix_ ? " " + text : text};
+  }
   Workspace ws;
   const std::string_view norm = split_text(text, ws);
   std::vector<std::string> pieces;
@@ -780,6 +826,10 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids) const {
   for (int32_t id : ids) {
     check_id(id);
     out.append(bytes_blob_, bytes_off_[id], bytes_off_[id + 1] - bytes_off_[id]);
+  }
+  if (spm_ && add_space_prefix_ && !ids.empty() && types_[ids[0]] == TokenType::Normal &&
+      !out.empty() && out[0] == ' ') {
+    out.erase(0, 1);
   }
   return out;
 }

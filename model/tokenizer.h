@@ -1,7 +1,12 @@
-// Byte-level BPE tokenizer (GPT-2 family: GPT-2, Qwen2/Qwen2.5, SmolLM/SmolLM2, Llama 3) that
-// reproduces the reference tokenizers id for id.
+// The two tokenizer models of GGUF files, reproducing the reference tokenizers id for id:
+//  - byte-level BPE (tokenizer.ggml.model "gpt2": GPT-2, Qwen2/Qwen2.5, SmolLM/SmolLM2, Llama 3);
+//  - SentencePiece BPE (tokenizer.ggml.model "llama": Llama 2, TinyLlama, Mistral v0.1-v0.3), in
+//    tokenizer_spm.cpp: each run of text between special tokens gets a leading space (the dummy
+//    prefix) and has its spaces written as U+2581; its characters are then merged pairwise, the pair
+//    whose union is the vocabulary piece of highest score first (leftmost on ties), and a character
+//    the vocabulary lacks becomes its bytes' <0xXX> tokens (the unknown token without them).
 //
-// Encoding runs in four stages:
+// Byte-level BPE encoding runs in four stages:
 //   1. special tokens: control (type 3) and user-defined (type 4) tokens are cut out of the text by
 //      leftmost-longest match when parse_special is set; otherwise they are ordinary text;
 //   2. normalisation: NFC for the Qwen2 pre-tokenizer (as its reference tokenizer applies), none
@@ -11,7 +16,8 @@
 //   4. BPE: each piece's bytes become byte-level symbols, merged by rank (a hash map of merges and a
 //      priority queue over a linked list of symbols).
 // Invalid UTF-8 never fails: each invalid byte stands alone (a character of no class) and encodes to
-// its byte token, so decode(encode(x)) returns x's bytes exactly (NFC(x) for Qwen2).
+// its byte token, so decode(encode(x)) returns x's bytes exactly (NFC(x) for Qwen2; for SentencePiece
+// too, decode dropping the dummy prefix's space at the start).
 //
 // encode() adds no BOS: callers that want one check add_bos() and prepend bos_id().
 // A Tokenizer is immutable after loading; encode/decode are const and safe to call from many threads.
@@ -51,8 +57,9 @@ enum class TokenType : int32_t {
 };
 
 // Ids of the special tokens; -1 where the vocabulary has none. add_bos unset means the default of
-// the pre-tokenizer (true for llama-bpe, false otherwise).
+// the tokenizer (true for SentencePiece and the llama-bpe pre-tokenizer, false otherwise).
 struct SpecialTokenIds {
+  int32_t unk = -1;  // SentencePiece: stands for a character with neither a piece nor byte tokens
   int32_t bos = -1;
   int32_t eos = -1;
   int32_t eot = -1;  // end of turn; found by text (<|im_end|>, <|eot_id|>, ...) when left at -1
@@ -74,10 +81,20 @@ class Tokenizer {
   Tokenizer(const Tokenizer&) = delete;
   Tokenizer& operator=(const Tokenizer&) = delete;
 
-  // Reads tokenizer.ggml.{model,pre,tokens,token_type,merges,*_token_id,add_bos_token}. Throws
-  // TokenizerError "<path>: <key> ..." for a missing key, a model other than "gpt2", an unknown
-  // pre-tokenizer (listing the supported ones) or an out-of-range special id.
+  // Reads tokenizer.ggml.{model,pre,tokens,token_type,merges,*_token_id,add_bos_token} ("gpt2"),
+  // or tokenizer.ggml.{model,tokens,scores,token_type,*_token_id,add_bos_token,add_space_prefix}
+  // ("llama"). Throws TokenizerError "<path>: <key> ..." for a missing key, another model, an
+  // unknown pre-tokenizer (listing the supported ones) or an out-of-range special id.
   static std::unique_ptr<Tokenizer> from_gguf(const GgufFile& f);
+
+  // A SentencePiece BPE vocabulary: pieces in SentencePiece form ("▁the", "<0x0A>"), their scores
+  // (higher merges first) and types (empty: all Normal). The special ids default to llama.cpp's
+  // for this model (unk 0, bos 1, eos 2) where left at -1 and the vocabulary is large enough.
+  static std::unique_ptr<Tokenizer> from_spm_vocab(std::vector<std::string> pieces,
+                                                   std::vector<float> scores,
+                                                   std::vector<int32_t> token_types,
+                                                   const SpecialTokenIds& special = {},
+                                                   bool add_space_prefix = true);
 
   // Builds from vocabulary arrays. token_types may be empty (all Normal); merges are "left right"
   // strings in rank order; pre is a pre-tokenizer name (see supported_pre_tokenizers()).
@@ -98,28 +115,36 @@ class Tokenizer {
 
   std::vector<int32_t> encode(const std::string& text, bool parse_special = true) const;
   // The pieces stages 2-3 cut plain text into (no special tokens), as raw bytes; BPE then encodes
-  // each piece on its own. For inspecting and testing the pre-tokenizer.
+  // each piece on its own. For inspecting and testing the pre-tokenizer. SentencePiece has no
+  // pre-tokenizer: its one piece is the text with the dummy prefix.
   std::vector<std::string> pre_tokenize(const std::string& text) const;
-  // The bytes the ids stand for (byte-level mapping undone; special tokens as their text).
-  // Throws TokenizerError for an id outside [0, n_vocab).
+  // The bytes the ids stand for (byte-level mapping undone, U+2581 as a space, <0xXX> as its byte;
+  // special and unknown tokens as their text). SentencePiece: a first token that opens with the
+  // dummy prefix's space loses it. Throws TokenizerError for an id outside [0, n_vocab).
   std::string decode(const std::vector<int32_t>& ids) const;
+  // The bytes one token stands for, as in decode() but with every space kept (for streaming).
   std::string token_bytes(int32_t id) const;
-  // The token as written in the vocabulary (byte-level form, e.g. "ĠHello").
+  // The token as written in the vocabulary (byte-level form, e.g. "ĠHello"; SentencePiece "▁Hello").
   const std::string& token_text(int32_t id) const;
   TokenType token_type(int32_t id) const;
-  // Id of the token for one raw byte (every byte-level vocabulary has all 256).
-  // Token of a single byte, -1 when the vocabulary has none for it (such bytes are dropped).
+  // Token of a single byte, -1 when the vocabulary has none for it (byte-level BPE drops such bytes;
+  // SentencePiece writes the unknown token for the character).
   int32_t byte_token(uint8_t byte) const { return byte_token_[byte]; }
 
   int32_t n_vocab() const { return static_cast<int32_t>(tokens_.size()); }
   int32_t bos_id() const { return bos_; }
   int32_t eos_id() const { return eos_; }
   int32_t eot_id() const { return eot_; }
+  int32_t unk_id() const { return unk_; }
   bool add_bos() const { return add_bos_; }
+  bool is_sentencepiece() const { return spm_; }
+  // "gpt2" or "llama", as tokenizer.ggml.model names the two.
+  const char* model_name() const { return spm_ ? "llama" : "gpt2"; }
   // eos, eot, eom and the control tokens that end a turn in the supported chat formats.
   bool is_end_of_generation(int32_t id) const;
   // Id of the token whose vocabulary text is exactly `text` (see token_text), -1 if absent.
   int32_t find_token(const std::string& text) const;
+  // The pre-tokenizer's name; "" for SentencePiece, which has none.
   const std::string& pre_tokenizer() const { return pre_name_; }
 
  private:
@@ -131,18 +156,37 @@ class Tokenizer {
   void build(std::vector<std::string> tokens, std::vector<int32_t> token_types,
              const std::vector<std::string>& merges, const std::string& pre,
              const SpecialTokenIds& special);
+  // The parts of loading both models share: types, the text index, special-token matching and ids.
+  void build_common(std::vector<std::string> tokens, std::vector<int32_t> token_types,
+                    const SpecialTokenIds& special);
+  void build_spm(std::vector<std::string> pieces, std::vector<float> scores,
+                 std::vector<int32_t> token_types, const SpecialTokenIds& special,
+                 bool add_space_prefix);
   void check_id(int32_t id) const;
   // Normalises text and fills ws.ends; returns the text the piece ends index (ws.offs into it).
   std::string_view split_text(std::string_view text, Workspace& ws) const;
   void encode_text(std::string_view text, Workspace& ws, std::vector<int32_t>& out) const;
   void bpe_piece(std::string_view piece, Workspace& ws, std::vector<int32_t>& out) const;
+  // SentencePiece: the text with the dummy prefix and U+2581 for spaces.
+  std::string spm_escape(std::string_view text) const;
+  void spm_encode_text(std::string_view text, std::vector<int32_t>& out) const;
+  // The ids of a symbol left after merging: its piece unless Unused, else the two symbols it was
+  // merged from (`splits`), else its bytes' tokens (the unknown token where those are missing).
+  using SpmSplits = std::unordered_map<std::string_view, std::pair<std::string_view, std::string_view>>;
+  void spm_resegment(std::string_view symbol, const SpmSplits& splits, std::vector<int32_t>& out) const;
 
   std::vector<std::string> tokens_;  // (n_vocab) vocabulary text, byte-level form
   std::vector<TokenType> types_;     // (n_vocab)
   std::string bytes_blob_;           // raw bytes of every token, concatenated
   std::vector<uint32_t> bytes_off_;  // (n_vocab + 1) offsets into bytes_blob_
   std::unordered_map<std::string, int32_t> text_to_id_;
-  std::unique_ptr<MergeTable> merges_;
+  std::unique_ptr<MergeTable> merges_;  // byte-level BPE only
+  // SentencePiece only: (n_vocab) piece scores, and the pieces merging may produce, by text (those
+  // of type Normal, UserDefined and Unused; an Unused piece is split again before output).
+  std::vector<float> scores_;
+  std::unordered_map<std::string_view, int32_t> spm_mergeable_;  // keys view tokens_
+  bool spm_ = false;
+  bool add_space_prefix_ = false;
   std::array<int32_t, 256> byte_token_{};
   // Special tokens that may be cut out of text, by first byte, longest first.
   std::array<std::vector<int32_t>, 256> special_by_first_byte_;
@@ -151,7 +195,7 @@ class Tokenizer {
   std::string pre_name_;
   Pre pre_ = Pre::Gpt2;
   bool ignore_merges_ = false;  // Llama 3: a piece that is itself a token is emitted whole
-  int32_t bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1;
+  int32_t unk_ = -1, bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1;
   bool add_bos_ = false;
   std::vector<int32_t> end_of_generation_;
 };

@@ -206,8 +206,10 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
 
   // The tokenizer itself.
   add("no-tokenizer-model", drop_key("tokenizer.ggml.model"), Stage::Tokenizer, "missing tokenizer.ggml.model");
-  add("tokenizer-llama", set_key("tokenizer.ggml.model", string_value("llama")), Stage::Tokenizer,
-      "only 'gpt2' (byte-level BPE) is supported");
+  add("tokenizer-t5", set_key("tokenizer.ggml.model", string_value("t5")), Stage::Tokenizer,
+      "tokenizer.ggml.model is 't5'; supported: 'gpt2' (byte-level BPE) and 'llama' (SentencePiece BPE)");
+  add("tokenizer-llama-no-scores", set_key("tokenizer.ggml.model", string_value("llama")), Stage::Tokenizer,
+      "missing tokenizer.ggml.scores");
   add("tokenizer-model-u32", set_key("tokenizer.ggml.model", u32_value(1)), Stage::Tokenizer,
       "key 'tokenizer.ggml.model' has type u32, expected string");
   add("pre-unknown", set_key("tokenizer.ggml.pre", string_value("bogus")), Stage::Tokenizer,

@@ -373,8 +373,15 @@ TEST(Tokenizer, FromGgufErrorsNameFileAndKey) {
     std::vector<std::string> expect;  // substrings of the message besides the path
   };
   const std::vector<Case> cases = {
-      {"model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); },
-       {"tokenizer.ggml.model", "'llama'", "gpt2"}},
+      {"model", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "t5"); },
+       {"tokenizer.ggml.model", "'t5'", "'gpt2'", "'llama'"}},
+      {"scores", [](GgufWriter& w) { w.set_string("tokenizer.ggml.model", "llama"); },
+       {"missing tokenizer.ggml.scores"}},
+      {"score count", [](GgufWriter& w) {
+         w.set_string("tokenizer.ggml.model", "llama");
+         w.set_f32_array("tokenizer.ggml.scores", {0.0f, 1.0f});
+       },
+       {"tokenizer.ggml.scores has 2 entries for 257 tokens"}},
       {"pre", [](GgufWriter& w) { w.set_string("tokenizer.ggml.pre", "chatglm-bpe"); },
        {"tokenizer.ggml.pre", "'chatglm-bpe'", "supported", "qwen2", "smollm", "gpt-2", "llama-bpe"}},
       {"eos", [](GgufWriter& w) { w.set_u32("tokenizer.ggml.eos_token_id", 999); },
