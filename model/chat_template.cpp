@@ -2,15 +2,20 @@
 #include "model/chat_template.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <ctime>
 
 #include "model/gguf.h"
 
 namespace tllm {
 namespace {
 
-constexpr const char* kUnknownTemplate = "unknown chat template; pass --chat-template chatml|llama3|none";
+constexpr const char* kNames = "chatml|llama3|llama2|mistral|zephyr|none";
 constexpr const char* kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+constexpr const char* kKnowledgeDate = "Cutting Knowledge Date: ";
+
+bool has(const std::string& text, const char* what) { return text.find(what) != std::string::npos; }
 
 // The system prompt a ChatML template writes when the conversation has none.
 //  - Qwen2.5 writes it from a separate string literal, recognised by its text;
@@ -41,53 +46,166 @@ std::string chatml_default_system(const std::string& tmpl) {
   return "";
 }
 
+// Today's date as strftime("%d %b %Y") writes it in the C locale ("05 Mar 2025").
+std::string today_date() {
+  static const char* const kMonths[] = {"Jan", "Feb", "Mar", "Apr", "May", "Jun",
+                                        "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"};
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%02d %s %04d", tm.tm_mday, kMonths[tm.tm_mon], tm.tm_year + 1900);
+  return buf;
+}
+
+// Llama 3.1/3.2/3.3: the knowledge date of the literal "Cutting Knowledge Date: December 2023\n"
+// and the date_string the template falls back to when the caller passes none. 3.1 and 3.3 set it
+// from a literal (date_string = "26 Jul 2024"); 3.2 calls strftime_now("%d %b %Y") first, which
+// Hugging Face defines, so its prompts carry today's date.
+void llama31_dates(const std::string& tmpl, ChatFormat& fmt) {
+  const size_t k = tmpl.find(kKnowledgeDate);
+  if (k == std::string::npos) return;
+  const size_t b = k + std::string(kKnowledgeDate).size();
+  const size_t e = tmpl.find_first_of("\\\n\"'", b);  // ends at the "\n" escape or the quote
+  fmt.knowledge_date = tmpl.substr(b, e == std::string::npos ? std::string::npos : e - b);
+  if (has(tmpl, "strftime_now")) {
+    fmt.today_date = today_date();
+    return;
+  }
+  for (size_t p = tmpl.find("set date_string"); p != std::string::npos;
+       p = tmpl.find("set date_string", p + 1)) {
+    size_t q = tmpl.find_first_not_of(" ", p + 15);
+    if (q == std::string::npos || tmpl[q] != '=') continue;
+    q = tmpl.find_first_not_of(" ", q + 1);
+    if (q == std::string::npos || (tmpl[q] != '"' && tmpl[q] != '\'')) continue;
+    const size_t end = tmpl.find(tmpl[q], q + 1);
+    if (end == std::string::npos) continue;
+    fmt.today_date = tmpl.substr(q + 1, end - q - 1);
+    return;
+  }
+  throw ChatTemplateError(
+      "the Llama 3 chat template writes 'Cutting Knowledge Date' but sets no default date_string");
+}
+
+MistralStyle mistral_style(const std::string& tmpl) {
+  if (has(tmpl, "' [INST]") || has(tmpl, "\" [INST]")) return MistralStyle::Spaced;
+  if (has(tmpl, "eos_token + ' '") || has(tmpl, "eos_token + \" \"")) return MistralStyle::SpaceAfterEos;
+  return MistralStyle::Plain;
+}
+
+// Length of the UTF-8 sequence at s[i] when it encodes a character that Python's str.isspace()
+// accepts (what strip() and Jinja's trim remove), else 0.
+size_t space_at(const std::string& s, size_t i) {
+  const auto u = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
+  const size_t n = s.size() - i;
+  const unsigned c = u(i);
+  if (c == ' ' || (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x1f)) return 1;
+  if (c == 0xc2 && n >= 2 && (u(i + 1) == 0x85 || u(i + 1) == 0xa0)) return 2;  // U+0085, U+00A0
+  if (n < 3) return 0;
+  const unsigned cp = ((c & 0x0fu) << 12) | ((u(i + 1) & 0x3fu) << 6) | (u(i + 2) & 0x3fu);
+  if ((c & 0xf0) != 0xe0 || (u(i + 1) & 0xc0) != 0x80 || (u(i + 2) & 0xc0) != 0x80) return 0;
+  const bool space = cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 ||
+                     cp == 0x2029 || cp == 0x202f || cp == 0x205f || cp == 0x3000;
+  return space ? 3 : 0;
+}
+
+// Python's str.strip() (and Jinja's trim) on UTF-8 text.
 std::string trim(const std::string& s) {
-  const char* ws = " \t\n\r\f\v";
-  const size_t b = s.find_first_not_of(ws);
-  if (b == std::string::npos) return "";
-  const size_t e = s.find_last_not_of(ws);
-  return s.substr(b, e - b + 1);
+  size_t b = 0;
+  for (size_t k; b < s.size() && (k = space_at(s, b)) > 0;) b += k;
+  size_t e = s.size();
+  while (e > b) {
+    // The last character starts at the last byte that is not a continuation byte.
+    size_t start = e - 1;
+    while (start > b && (static_cast<unsigned char>(s[start]) & 0xc0) == 0x80) --start;
+    const size_t k = space_at(s, start);
+    if (k == 0 || start + k != e) break;
+    e = start;
+  }
+  return s.substr(b, e - b);
+}
+
+void require_text(const std::string& text, ChatTemplate kind, const char* token) {
+  if (text.empty()) {
+    throw ChatTemplateError(std::string("the ") + chat_template_name(kind) + " chat format writes the " + token +
+                            " token as text, and its text is unknown");
+  }
+}
+
+// Llama 2 and Mistral: after the optional system message (first), user and assistant messages in
+// turn, starting with a user message.
+void check_alternation(ChatTemplate kind, const std::vector<ChatMessage>& msgs, size_t first) {
+  for (size_t i = first; i < msgs.size(); ++i) {
+    const char* want = (i - first) % 2 == 0 ? "user" : "assistant";
+    if (msgs[i].role != want) {
+      throw ChatTemplateError(std::string("the ") + chat_template_name(kind) +
+                              " chat format takes user and assistant messages in turn, starting with a user "
+                              "message after an optional system message; message " +
+                              std::to_string(i + 1) + " is a '" + msgs[i].role + "' message");
+    }
+  }
 }
 
 }  // namespace
 
 ChatTemplate parse_chat_template_name(const std::string& name) {
-  if (name == "chatml") return ChatTemplate::ChatML;
-  if (name == "llama3") return ChatTemplate::Llama3;
-  if (name == "none") return ChatTemplate::None;
-  throw ChatTemplateError("unknown chat template name '" + name + "' (expected chatml, llama3 or none)");
+  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2,
+                         ChatTemplate::Mistral, ChatTemplate::Zephyr, ChatTemplate::None}) {
+    if (name == chat_template_name(t)) return t;
+  }
+  throw ChatTemplateError("unknown chat template name '" + name +
+                          "' (expected chatml, llama3, llama2, mistral, zephyr or none)");
 }
 
 const char* chat_template_name(ChatTemplate t) {
   switch (t) {
     case ChatTemplate::ChatML: return "chatml";
     case ChatTemplate::Llama3: return "llama3";
+    case ChatTemplate::Llama2: return "llama2";
+    case ChatTemplate::Mistral: return "mistral";
+    case ChatTemplate::Zephyr: return "zephyr";
     case ChatTemplate::None: return "none";
   }
   return "?";
 }
 
+const char* chat_template_names() { return kNames; }
+
 ChatFormat detect_chat_format(const std::string& template_text, bool has_im_start,
                               const std::string& override_name) {
-  const bool chatml_text = template_text.find("<|im_start|>") != std::string::npos;
-  const bool llama3_text = template_text.find("<|start_header_id|>") != std::string::npos;
+  const std::string& t = template_text;
+  ChatTemplate found = ChatTemplate::None;
+  bool known = true;
+  if (has(t, "<|im_start|>")) {
+    found = ChatTemplate::ChatML;
+  } else if (has(t, "<|start_header_id|>")) {
+    found = ChatTemplate::Llama3;
+  } else if (has(t, "[INST]") && has(t, "<<SYS>>")) {
+    found = ChatTemplate::Llama2;
+  } else if (has(t, "[INST]") && has(t, " [/INST]")) {
+    found = ChatTemplate::Mistral;
+  } else if (has(t, "<|user|>") && !has(t, "<|end|>")) {
+    found = ChatTemplate::Zephyr;
+  } else {
+    known = false;
+  }
   ChatFormat fmt;
   if (!override_name.empty()) {
     fmt.kind = parse_chat_template_name(override_name);
-  } else if (chatml_text) {
+  } else if (known) {
+    fmt.kind = found;
+  } else if (t.empty() && has_im_start) {
     fmt.kind = ChatTemplate::ChatML;
-  } else if (llama3_text) {
-    fmt.kind = ChatTemplate::Llama3;
-  } else if (template_text.empty() && has_im_start) {
-    fmt.kind = ChatTemplate::ChatML;
-  } else if (template_text.empty()) {
-    throw ChatTemplateError(
-        "no tokenizer.chat_template and no <|im_start|> token; pass --chat-template chatml|llama3|none");
+  } else if (t.empty()) {
+    throw ChatTemplateError(std::string("no tokenizer.chat_template and no <|im_start|> token; pass --chat-template ") +
+                            kNames);
   } else {
-    throw ChatTemplateError(kUnknownTemplate);
+    throw ChatTemplateError(std::string("unknown chat template; pass --chat-template ") + kNames);
   }
-  if (fmt.kind == ChatTemplate::ChatML && chatml_text) {
-    fmt.default_system = chatml_default_system(template_text);
+  if (known && fmt.kind == found) {
+    if (found == ChatTemplate::ChatML) fmt.default_system = chatml_default_system(t);
+    if (found == ChatTemplate::Llama3) llama31_dates(t, fmt);
+    if (found == ChatTemplate::Mistral) fmt.mistral = mistral_style(t);
   }
   return fmt;
 }
@@ -100,7 +218,25 @@ ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_nam
       const std::vector<std::string>& tokens = f.get_string_array("tokenizer.ggml.tokens");
       has_im_start = std::find(tokens.begin(), tokens.end(), "<|im_start|>") != tokens.end();
     }
-    return detect_chat_format(tmpl, has_im_start, override_name);
+    ChatFormat fmt = detect_chat_format(tmpl, has_im_start, override_name);
+    // Llama 2 and Mistral write the BOS and EOS texts, Zephyr the EOS text.
+    const bool needs_bos = fmt.kind == ChatTemplate::Llama2 || fmt.kind == ChatTemplate::Mistral;
+    const bool needs_eos = needs_bos || fmt.kind == ChatTemplate::Zephyr;
+    if (!needs_eos) return fmt;
+    const std::vector<std::string> none;
+    const std::vector<std::string>& tokens =
+        f.find("tokenizer.ggml.tokens") ? f.get_string_array("tokenizer.ggml.tokens") : none;
+    auto text_of = [&](const char* token, const char* key) {
+      const int64_t id = f.get_int(key, -1);
+      if (id < 0 || id >= int64_t(tokens.size())) {
+        throw ChatTemplateError(std::string("the ") + chat_template_name(fmt.kind) + " chat format writes the " +
+                                token + " token as text, but " + key + " is missing or outside tokenizer.ggml.tokens");
+      }
+      return tokens[size_t(id)];
+    };
+    if (needs_bos) fmt.bos_text = text_of("BOS", "tokenizer.ggml.bos_token_id");
+    fmt.eos_text = text_of("EOS", "tokenizer.ggml.eos_token_id");
+    return fmt;
   } catch (const ChatTemplateError& e) {
     throw ChatTemplateError(f.path() + ": " + e.what());
   } catch (const GgufError& e) {
@@ -111,6 +247,7 @@ ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_nam
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt) {
   const bool add_system = !fmt.default_system.empty() && (msgs.empty() || msgs[0].role != "system");
+  const bool has_system = !msgs.empty() && msgs[0].role == "system";
   std::string out;
   switch (fmt.kind) {
     case ChatTemplate::ChatML: {
@@ -124,12 +261,74 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
     }
     case ChatTemplate::Llama3: {
       auto turn = [&](const std::string& role, const std::string& content) {
-        out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + trim(content) + "<|eot_id|>";
+        out += "<|start_header_id|>" + role + "<|end_header_id|>\n\n" + content + "<|eot_id|>";
       };
       out += "<|begin_of_text|>";
-      if (add_system) turn("system", fmt.default_system);
-      for (const ChatMessage& m : msgs) turn(m.role, m.content);
+      size_t first = 0;
+      if (!fmt.knowledge_date.empty()) {
+        // Llama 3.1: the system turn is always there; the system message, trimmed, ends it.
+        turn("system", "Cutting Knowledge Date: " + fmt.knowledge_date + "\nToday Date: " + fmt.today_date +
+                           "\n\n" + (has_system ? trim(msgs[0].content) : ""));
+        first = has_system ? 1 : 0;
+      } else if (add_system) {
+        turn("system", trim(fmt.default_system));
+      }
+      for (size_t i = first; i < msgs.size(); ++i) turn(msgs[i].role, trim(msgs[i].content));
       if (add_generation_prompt) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
+      break;
+    }
+    case ChatTemplate::Llama2: {
+      // Each user message is "<s>[INST] text [/INST]" and each reply " text </s>", both stripped;
+      // the system block opens the first user message and is stripped with it.
+      require_text(fmt.bos_text, fmt.kind, "BOS");
+      require_text(fmt.eos_text, fmt.kind, "EOS");
+      const size_t first = has_system ? 1 : 0;
+      check_alternation(fmt.kind, msgs, first);
+      for (size_t i = first; i < msgs.size(); ++i) {
+        std::string content = msgs[i].content;
+        if (i == 1 && has_system) content = "<<SYS>>\n" + msgs[0].content + "\n<</SYS>>\n\n" + content;
+        if (msgs[i].role == "user") {
+          out += fmt.bos_text + "[INST] " + trim(content) + " [/INST]";
+        } else {
+          out += " " + trim(content) + " " + fmt.eos_text;
+        }
+      }
+      break;
+    }
+    case ChatTemplate::Mistral: {
+      require_text(fmt.bos_text, fmt.kind, "BOS");
+      require_text(fmt.eos_text, fmt.kind, "EOS");
+      const bool spaced = fmt.mistral == MistralStyle::Spaced;
+      if (has_system && !spaced) {
+        throw ChatTemplateError(
+            "the mistral chat format (Mistral Instruct v0.1, v0.2, Mixtral as released) has no system message");
+      }
+      const size_t first = has_system ? 1 : 0;
+      check_alternation(fmt.kind, msgs, first);
+      out += fmt.bos_text;
+      for (size_t i = first; i < msgs.size(); ++i) {
+        const std::string& content = msgs[i].content;
+        if (msgs[i].role == "user") {
+          const std::string system = i == 1 && has_system ? msgs[0].content + "\n\n" : "";
+          out += (spaced ? " [INST] " : "[INST] ") + system + content + " [/INST]";
+        } else {
+          out += (spaced ? " " : "") + content + fmt.eos_text;
+          if (fmt.mistral == MistralStyle::SpaceAfterEos) out += " ";
+        }
+      }
+      break;
+    }
+    case ChatTemplate::Zephyr: {
+      require_text(fmt.eos_text, fmt.kind, "EOS");
+      for (const ChatMessage& m : msgs) {
+        if (m.role != "system" && m.role != "user" && m.role != "assistant") {
+          throw ChatTemplateError("the zephyr chat format takes system, user and assistant messages, not '" +
+                                  m.role + "'");
+        }
+        out += "<|" + m.role + "|>\n" + m.content + fmt.eos_text + "\n";
+      }
+      // The template writes the prompt after the last message only, so not for an empty list.
+      if (add_generation_prompt && !msgs.empty()) out += "<|assistant|>\n";
       break;
     }
     case ChatTemplate::None:

@@ -1,6 +1,8 @@
 // Chat formats: recognising a model's tokenizer.chat_template and rendering a conversation into the
-// prompt text the model was trained on. Only the formats of the supported model families are known
-// (no Jinja interpreter): ChatML (Qwen2, Qwen2.5, SmolLM2) and Llama 3.
+// prompt text the model was trained on, as Hugging Face apply_chat_template renders it with the
+// model's own template. Only the formats of known model families are rendered (no Jinja
+// interpreter): ChatML (Qwen2, Qwen2.5, SmolLM2), Llama 3 (3.0, and 3.1/3.2/3.3 with their dated
+// system turn), Llama 2 chat, Mistral Instruct (v0.1, v0.2, Mixtral) and Zephyr (TinyLlama chat).
 #pragma once
 
 #include <stdexcept>
@@ -16,7 +18,15 @@ class ChatTemplateError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-enum class ChatTemplate { ChatML, Llama3, None };
+enum class ChatTemplate { ChatML, Llama3, Llama2, Mistral, Zephyr, None };
+
+// The revisions of the Mistral Instruct template, which differ in spaces and in system messages.
+enum class MistralStyle {
+  Plain,          // v0.2 and Mixtral as released: "[INST] u [/INST]a</s>"; no system message
+  SpaceAfterEos,  // v0.1 as released: the same with a space after each "</s>"
+  Spaced,         // the later revision: " [INST] u [/INST] a</s>", system text opening the
+                  // first user message
+};
 
 struct ChatMessage {
   std::string role;  // "system", "user", "assistant"
@@ -29,27 +39,65 @@ struct ChatFormat {
   // (Qwen2.5: "You are Qwen, created by Alibaba Cloud. ..."; SmolLM2: the SmolLM assistant
   // prompt written into its template); empty when the template has none.
   std::string default_system;
+  // The text of the BOS and EOS tokens, which the Llama 2 and Mistral templates (both) and the
+  // Zephyr template (EOS) write into the prompt as bos_token / eos_token.
+  std::string bos_text;
+  std::string eos_text;
+  MistralStyle mistral = MistralStyle::Plain;
+  // Llama 3.1/3.2/3.3: the prompt always opens with a system turn that starts
+  // "Cutting Knowledge Date: <knowledge_date>\nToday Date: <today_date>\n\n". Both are empty
+  // for Llama 3.0, whose template has no such turn.
+  std::string knowledge_date;  // "December 2023"
+  std::string today_date;      // "26 Jul 2024"
 };
 
-// "chatml" | "llama3" | "none"; throws ChatTemplateError for anything else.
+// "chatml" | "llama3" | "llama2" | "mistral" | "zephyr" | "none"; throws ChatTemplateError for
+// anything else.
 ChatTemplate parse_chat_template_name(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
+// "chatml|llama3|llama2|mistral|zephyr|none", for messages.
+const char* chat_template_names();
 
-// Recognises template text: ChatML when it holds "<|im_start|>", Llama3 when it holds
-// "<|start_header_id|>". With an empty template, ChatML when the vocabulary has <|im_start|>.
-// A non-empty override_name ("chatml", "llama3", "none") chooses the format instead; the default
-// system prompt is still taken from the template when the template is of that format.
-// Throws ChatTemplateError ("unknown chat template; pass --chat-template chatml|llama3|none").
+// Recognises template text:
+//   ChatML   "<|im_start|>";
+//   Llama3   "<|start_header_id|>"; with "Cutting Knowledge Date" the knowledge date and the
+//            default date_string are read from the template's literals, or today's date
+//            ("%d %b %Y") where the template calls strftime_now, as Hugging Face provides it;
+//   Llama2   "[INST]" and "<<SYS>>";
+//   Mistral  "[INST]" and " [/INST]" without "<<SYS>>" (the later templates of Mistral v0.3 and
+//            Mistral Nemo write "[/INST]" without the space and are not recognised);
+//   Zephyr   "<|user|>" without "<|end|>" (Phi-3 writes <|end|> and is not recognised).
+// With an empty template, ChatML when the vocabulary has <|im_start|>. A non-empty override_name
+// chooses the format instead; what the template says of that format (default system prompt,
+// dates, Mistral revision) is still taken from it when it is of that format. bos_text and
+// eos_text are left empty: the caller fills them from its tokenizer.
+// Throws ChatTemplateError ("unknown chat template; pass --chat-template chatml|llama3|...").
 ChatFormat detect_chat_format(const std::string& template_text, bool has_im_start,
                               const std::string& override_name);
-// Same, reading tokenizer.chat_template and the token list from a GGUF file; errors name the file.
+// Same, reading tokenizer.chat_template and the token list from a GGUF file. For the formats that
+// write BOS or EOS text, bos_text / eos_text are the entries of tokenizer.ggml.tokens at
+// tokenizer.ggml.bos_token_id / eos_token_id, and a missing id is an error. Errors name the file.
 ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_name);
 
-// The prompt text for msgs. ChatML: "<|im_start|>role\ncontent<|im_end|>\n" per message; Llama3:
-// "<|begin_of_text|>" then "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>" per
-// message (content trimmed, as the Llama 3 template does); None: the contents concatenated. The
-// default system prompt opens the conversation when its first message is not a system message.
-// add_generation_prompt appends the header of an assistant turn.
+// The prompt text for msgs, as the model's template renders it:
+//   ChatML   "<|im_start|>role\ncontent<|im_end|>\n" per message;
+//   Llama3   "<|begin_of_text|>" then "<|start_header_id|>role<|end_header_id|>\n\ncontent<|eot_id|>"
+//            per message (content trimmed); with knowledge_date set, the first turn is always the
+//            system turn "Cutting Knowledge Date: ...\nToday Date: ...\n\n" + the system message;
+//   Llama2   "<s>[INST] <<SYS>>\nsystem\n<</SYS>>\n\nuser [/INST] assistant </s><s>[INST] ..."
+//            (each user message, with the system block before the first, and each assistant
+//            message stripped); no generation prompt, as the assistant turn follows "[/INST]";
+//   Mistral  "<s>[INST] user [/INST]assistant</s>[INST] ..." in the style of fmt.mistral, also
+//            without a generation prompt;
+//   Zephyr   "<|role|>\ncontent</s>\n" per message;
+//   None     the contents concatenated.
+// The default system prompt opens the conversation when its first message is not a system
+// message. add_generation_prompt appends the header of an assistant turn. Llama2 and Mistral
+// take user and assistant messages in turn after an optional system message (Mistral's released
+// templates take none), and Zephyr takes the roles system, user and assistant; anything else
+// throws ChatTemplateError, as the templates raise (Llama 2's and Zephyr's templates would drop a
+// message of another role without a word). Throws ChatTemplateError when the format writes BOS
+// or EOS text and fmt holds none.
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt);
 

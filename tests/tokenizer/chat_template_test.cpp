@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
@@ -42,6 +43,87 @@ const std::string kLlama3Template =
 const std::string kGemmaTemplate =
     "{{ bos_token }}{% for message in messages %}{{ '<start_of_turn>' + message['role'] + '\\n' + "
     "message['content'] | trim + '<end_of_turn>\\n' }}{% endfor %}";
+// Llama 2 chat: the system block joins the first user message; bos_token and eos_token as text.
+const std::string kLlama2Template =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+    "{% endif %}{% for message in loop_messages %}{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}"
+    "{% set content = message['content'] %}{% endif %}{% if message['role'] == 'user' %}{{ bos_token + "
+    "'[INST] ' + content.strip() + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ ' '  + "
+    "content.strip() + ' ' + eos_token }}{% endif %}{% endfor %}";
+// Mistral Instruct v0.2 and Mixtral as released; v0.1 adds a space after eos_token.
+const std::string kMistralTemplate =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+    "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + "
+    "eos_token}}{% endif %}{% endfor %}";
+const std::string kMistralV01Template =
+    "{{ bos_token }}{% for message in messages %}{% if message['role'] == 'user' %}{{ '[INST] ' + "
+    "message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + "
+    "eos_token + ' ' }}{% endif %}{% endfor %}";
+// The later revision of the Mistral v0.1/v0.2/Mixtral templates: spaces before [INST] and the
+// system message opening the first user message.
+const std::string kMistralRevisedTemplate =
+    "{%- if messages[0]['role'] == 'system' %}\n    {%- set system_message = messages[0]['content'] %}\n"
+    "{%- endif %}\n{{- bos_token }}\n{%- for message in loop_messages %}\n"
+    "    {%- if message['role'] == 'user' %}\n        {%- if loop.first and system_message is defined %}\n"
+    "            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n"
+    "        {%- else %}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n"
+    "    {%- endif %}\n{%- endfor %}";
+// Mistral v0.3 writes "[/INST]" without a space before it, which the mistral format does not render.
+const std::string kMistralV3Template =
+    "{{- bos_token }}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}"
+    "{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- endfor %}";
+// Zephyr and TinyLlama-1.1B-Chat: a newline after each {{ }} stays in the output.
+const std::string kZephyrTemplate =
+    "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + "
+    "eos_token }}\n{% elif message['role'] == 'system' %}\n{{ '<|system|>\\n' + message['content'] + eos_token }}\n"
+    "{% endif %}\n{% if loop.last and add_generation_prompt %}\n{{ '<|assistant|>' }}\n{% endif %}\n{% endfor %}";
+// Phi-3 also writes <|user|>, with <|end|> where Zephyr writes eos_token.
+const std::string kPhi3Template =
+    "{% for message in messages %}{% if message['role'] == 'user' %}{{'<|user|>' + '\\n' + message['content'] + "
+    "'<|end|>' + '\\n' + '<|assistant|>' + '\\n'}}{% endif %}{% endfor %}";
+// Llama 3.1 / 3.3: a dated system turn, the date a literal default of date_string.
+const std::string kLlama31Template =
+    "{{- bos_token }}\n{%- if not date_string is defined %}\n    {%- set date_string = \"26 Jul 2024\" %}\n"
+    "{%- endif %}\n{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content']|trim %}\n{%- endif %}\n"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+    "{%- if builtin_tools is defined or tools is not none %}\n    {{- \"Environment: ipython\\n\" }}\n{%- endif %}\n"
+    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n"
+    "{{- system_message }}\n{{- \"<|eot_id|>\" }}\n";
+// Llama 3.2: date_string from strftime_now, which Hugging Face defines, before the literal.
+const std::string kLlama32Template =
+    "{{- bos_token }}\n{%- if not date_string is defined %}\n    {%- if strftime_now is defined %}\n"
+    "        {%- set date_string = strftime_now(\"%d %b %Y\") %}\n    {%- else %}\n"
+    "        {%- set date_string = \"26 Jul 2024\" %}\n    {%- endif %}\n{%- endif %}\n"
+    "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
+    "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n";
+
+ChatFormat format_of(ChatTemplate kind) {
+  ChatFormat f;
+  f.kind = kind;
+  return f;
+}
+
+// A format with the BOS / EOS texts of a SentencePiece Llama vocabulary.
+ChatFormat with_tokens(ChatTemplate kind) {
+  ChatFormat f = format_of(kind);
+  f.bos_text = "<s>";
+  f.eos_text = "</s>";
+  return f;
+}
+
+// Today's date as the Llama 3.2 template's strftime_now("%d %b %Y") writes it.
+std::string strftime_today() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  localtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%d %b %Y", &tm);
+  return buf;
+}
 
 std::string error_of(const std::function<void()>& f) {
   try {
@@ -59,7 +141,12 @@ TEST(ChatTemplate, ParseNames) {
   const std::string msg = error_of([] { parse_chat_template_name("vicuna"); });
   EXPECT_NE(msg.find("'vicuna'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("chatml"), std::string::npos) << msg;
-  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::None}) {
+  EXPECT_EQ(parse_chat_template_name("llama2"), ChatTemplate::Llama2);
+  EXPECT_EQ(parse_chat_template_name("mistral"), ChatTemplate::Mistral);
+  EXPECT_EQ(parse_chat_template_name("zephyr"), ChatTemplate::Zephyr);
+  EXPECT_STREQ(chat_template_names(), "chatml|llama3|llama2|mistral|zephyr|none");
+  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2, ChatTemplate::Mistral,
+                         ChatTemplate::Zephyr, ChatTemplate::None}) {
     EXPECT_EQ(parse_chat_template_name(chat_template_name(t)), t);
   }
 }
@@ -88,7 +175,7 @@ TEST(ChatTemplate, DetectsPlainChatMLAndLlama3) {
 TEST(ChatTemplate, UnknownTemplateIsAnError) {
   const std::string msg = error_of([] { detect_chat_format(kGemmaTemplate, false, ""); });
   EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("--chat-template chatml|llama3|none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
   // An override wins over an unrecognised template.
   EXPECT_EQ(detect_chat_format(kGemmaTemplate, false, "none").kind, ChatTemplate::None);
 }
@@ -109,7 +196,7 @@ TEST(ChatTemplate, OverrideKeepsDefaultSystemOfSameFormat) {
 }
 
 TEST(ChatTemplate, RenderChatML) {
-  ChatFormat f{ChatTemplate::ChatML, ""};
+  const ChatFormat f = format_of(ChatTemplate::ChatML);
   EXPECT_EQ(render_chat(f, {{"user", "Hi"}}, true),
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
   EXPECT_EQ(render_chat(f, {{"system", "S"}, {"user", "Hi"}, {"assistant", "Yo"}}, false),
@@ -131,7 +218,7 @@ TEST(ChatTemplate, RenderInsertsDefaultSystemOnlyWithoutOne) {
 }
 
 TEST(ChatTemplate, RenderLlama3) {
-  ChatFormat f{ChatTemplate::Llama3, ""};
+  const ChatFormat f = format_of(ChatTemplate::Llama3);
   EXPECT_EQ(render_chat(f, {{"system", "S"}, {"user", "  Hi there \n"}}, true),
             "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nS<|eot_id|>"
             "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
@@ -141,8 +228,163 @@ TEST(ChatTemplate, RenderLlama3) {
 }
 
 TEST(ChatTemplate, RenderNone) {
-  ChatFormat f{ChatTemplate::None, ""};
+  const ChatFormat f = format_of(ChatTemplate::None);
   EXPECT_EQ(render_chat(f, {{"system", "a"}, {"user", "b"}}, true), "ab");
+}
+
+TEST(ChatTemplate, DetectsLlama2MistralZephyr) {
+  EXPECT_EQ(detect_chat_format(kLlama2Template, false, "").kind, ChatTemplate::Llama2);
+  const ChatFormat mistral = detect_chat_format(kMistralTemplate, false, "");
+  EXPECT_EQ(mistral.kind, ChatTemplate::Mistral);
+  EXPECT_EQ(mistral.mistral, MistralStyle::Plain);
+  EXPECT_EQ(detect_chat_format(kMistralV01Template, false, "").mistral, MistralStyle::SpaceAfterEos);
+  EXPECT_EQ(detect_chat_format(kMistralRevisedTemplate, false, "").mistral, MistralStyle::Spaced);
+  EXPECT_EQ(detect_chat_format(kZephyrTemplate, false, "").kind, ChatTemplate::Zephyr);
+  // The texts stay for the caller to fill from its tokenizer.
+  EXPECT_EQ(detect_chat_format(kLlama2Template, false, "").bos_text, "");
+  for (const std::string* t : {&kMistralV3Template, &kPhi3Template}) {
+    const std::string msg = error_of([&] { detect_chat_format(*t, false, ""); });
+    EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
+  }
+  // An override takes the format's details from the template only when it is of that format.
+  EXPECT_EQ(detect_chat_format(kMistralV01Template, false, "mistral").mistral, MistralStyle::SpaceAfterEos);
+  EXPECT_EQ(detect_chat_format(kZephyrTemplate, false, "mistral").mistral, MistralStyle::Plain);
+  EXPECT_EQ(detect_chat_format(kMistralTemplate, false, "llama2").kind, ChatTemplate::Llama2);
+}
+
+TEST(ChatTemplate, DetectsLlama31Dates) {
+  const ChatFormat l31 = detect_chat_format(kLlama31Template, false, "");
+  EXPECT_EQ(l31.kind, ChatTemplate::Llama3);
+  EXPECT_EQ(l31.knowledge_date, "December 2023");
+  EXPECT_EQ(l31.today_date, "26 Jul 2024");
+  const ChatFormat l30 = detect_chat_format(kLlama3Template, false, "");
+  EXPECT_EQ(l30.knowledge_date, "");
+  EXPECT_EQ(l30.today_date, "");
+  // Llama 3.2 renders today's date (taken before and after, in case the day changes in between).
+  const std::string before = strftime_today();
+  const ChatFormat l32 = detect_chat_format(kLlama32Template, false, "");
+  const std::string after = strftime_today();
+  EXPECT_EQ(l32.knowledge_date, "December 2023");
+  EXPECT_TRUE(l32.today_date == before || l32.today_date == after) << l32.today_date;
+  // Another knowledge date and default date are read, not assumed.
+  std::string other = kLlama31Template;
+  other.replace(other.find("December 2023"), 13, "March 2025");
+  other.replace(other.find("26 Jul 2024"), 11, "01 Jan 2030");
+  const ChatFormat o = detect_chat_format(other, false, "");
+  EXPECT_EQ(o.knowledge_date, "March 2025");
+  EXPECT_EQ(o.today_date, "01 Jan 2030");
+  std::string undated = kLlama31Template;
+  const size_t set = undated.find("{%- set date_string");
+  undated.erase(set, undated.find("%}", set) + 2 - set);
+  const std::string msg = error_of([&] { detect_chat_format(undated, false, ""); });
+  EXPECT_NE(msg.find("date_string"), std::string::npos) << msg;
+}
+
+// The expected strings below are what transformers' apply_chat_template renders with each
+// model's own template (bos_token "<s>", eos_token "</s>").
+TEST(ChatTemplate, RenderLlama2) {
+  const ChatFormat f = with_tokens(ChatTemplate::Llama2);
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true), "<s>[INST] 你好 [/INST]");
+  EXPECT_EQ(render_chat(f, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            "<s>[INST] <<SYS>>\nYou are a helpful assistant.\n<</SYS>>\n\n你好 [/INST]");
+  EXPECT_EQ(render_chat(f, {{"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "},
+                            {"user", "Tell me a joke."}}, true),
+            "<s>[INST] Hi [/INST] Hello! How can I help? </s><s>[INST] Tell me a joke. [/INST]");
+  // The system block and the first user message are stripped together: the system text keeps
+  // its own spaces.
+  EXPECT_EQ(render_chat(f, {{"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}},
+                        false),
+            "<s>[INST] <<SYS>>\n Be brief. \n<</SYS>>\n\nHi [/INST] Hello. </s><s>[INST] Bye [/INST]");
+  // strip() removes Unicode spaces too (U+3000, U+00A0), as Python's does.
+  EXPECT_EQ(render_chat(f, {{"user", "\xE3\x80\x80" "你好\xC2\xA0"}}, true), "<s>[INST] 你好 [/INST]");
+}
+
+TEST(ChatTemplate, RenderMistral) {
+  ChatFormat f = with_tokens(ChatTemplate::Mistral);
+  const std::vector<ChatMessage> turns = {
+      {"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "}, {"user", "Tell me a joke."}};
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true), "<s>[INST] 你好 [/INST]");
+  EXPECT_EQ(render_chat(f, turns, true),
+            "<s>[INST]  Hi \n [/INST]  Hello! How can I help?  </s>[INST] Tell me a joke. [/INST]");
+  f.mistral = MistralStyle::SpaceAfterEos;
+  EXPECT_EQ(render_chat(f, turns, false),
+            "<s>[INST]  Hi \n [/INST]  Hello! How can I help?  </s> [INST] Tell me a joke. [/INST]");
+  f.mistral = MistralStyle::Spaced;
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true), "<s> [INST] 你好 [/INST]");
+  EXPECT_EQ(render_chat(f, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            "<s> [INST] You are a helpful assistant.\n\n你好 [/INST]");
+  EXPECT_EQ(render_chat(f, turns, true),
+            "<s> [INST]  Hi \n [/INST]   Hello! How can I help?  </s> [INST] Tell me a joke. [/INST]");
+  EXPECT_EQ(render_chat(f, {{"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}},
+                        true),
+            "<s> [INST]  Be brief. \n\nHi [/INST] Hello.</s> [INST]  Bye  [/INST]");
+}
+
+TEST(ChatTemplate, RenderZephyr) {
+  ChatFormat f = with_tokens(ChatTemplate::Zephyr);
+  f.bos_text = "";  // the template writes no BOS
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true), "<|user|>\n你好</s>\n<|assistant|>\n");
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, false), "<|user|>\n你好</s>\n");
+  EXPECT_EQ(render_chat(f, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            "<|system|>\nYou are a helpful assistant.</s>\n<|user|>\n你好</s>\n<|assistant|>\n");
+  EXPECT_EQ(render_chat(f, {{"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "},
+                            {"user", "Tell me a joke."}}, true),
+            "<|user|>\n Hi \n</s>\n<|assistant|>\n  Hello! How can I help?  </s>\n<|user|>\nTell me a joke.</s>\n"
+            "<|assistant|>\n");
+  // The template checks no order of roles.
+  EXPECT_EQ(render_chat(f, {{"assistant", "A"}}, true), "<|assistant|>\nA</s>\n<|assistant|>\n");
+  EXPECT_EQ(render_chat(f, {}, true), "");
+}
+
+TEST(ChatTemplate, RenderLlama31) {
+  const ChatFormat f = detect_chat_format(kLlama31Template, false, "");
+  const std::string head =
+      "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n"
+      "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n";
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true),
+            head + "<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n你好<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render_chat(f, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            head + "You are a helpful assistant.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n你好<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  EXPECT_EQ(render_chat(f, {{"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "  Hello. "}, {"user", " Bye "}},
+                        false),
+            head + "Be brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+                   "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                   "<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|>");
+}
+
+TEST(ChatTemplate, RenderErrors) {
+  const ChatFormat llama2 = with_tokens(ChatTemplate::Llama2);
+  std::string msg = error_of([&] { render_chat(llama2, {{"user", "A"}, {"user", "B"}}, true); });
+  EXPECT_NE(msg.find("user and assistant messages in turn"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("message 2 is a 'user' message"), std::string::npos) << msg;
+  msg = error_of([&] { render_chat(llama2, {{"assistant", "A"}}, true); });
+  EXPECT_NE(msg.find("message 1 is a 'assistant' message"), std::string::npos) << msg;
+  msg = error_of([&] { render_chat(llama2, {{"system", "S"}, {"user", "A"}, {"system", "T"}}, true); });
+  EXPECT_NE(msg.find("message 3 is a 'system' message"), std::string::npos) << msg;
+
+  ChatFormat mistral = with_tokens(ChatTemplate::Mistral);
+  msg = error_of([&] { render_chat(mistral, {{"system", "S"}, {"user", "你好"}}, true); });
+  EXPECT_NE(msg.find("no system message"), std::string::npos) << msg;
+  msg = error_of([&] { render_chat(mistral, {{"user", "A"}, {"assistant", "B"}, {"assistant", "C"}}, true); });
+  EXPECT_NE(msg.find("message 3 is a 'assistant' message"), std::string::npos) << msg;
+  mistral.mistral = MistralStyle::Spaced;
+  msg = error_of([&] { render_chat(mistral, {{"system", "S"}, {"assistant", "B"}}, true); });
+  EXPECT_NE(msg.find("message 2 is a 'assistant' message"), std::string::npos) << msg;
+
+  const ChatFormat zephyr = with_tokens(ChatTemplate::Zephyr);
+  msg = error_of([&] { render_chat(zephyr, {{"tool", "x"}}, true); });
+  EXPECT_NE(msg.find("'tool'"), std::string::npos) << msg;
+
+  // Without the token texts the formats that write them cannot render.
+  for (ChatTemplate kind : {ChatTemplate::Llama2, ChatTemplate::Mistral, ChatTemplate::Zephyr}) {
+    ChatFormat f;
+    f.kind = kind;
+    msg = error_of([&] { render_chat(f, {{"user", "你好"}}, true); });
+    EXPECT_NE(msg.find(std::string("the ") + chat_template_name(kind) + " chat format writes the"), std::string::npos)
+        << msg;
+  }
 }
 
 TEST(ChatTemplate, FromGguf) {
@@ -169,7 +411,7 @@ TEST(ChatTemplate, FromGguf) {
   const std::string bare = write("bare", "", false);
   const std::string msg = error_of([&] { detect_chat_format(*GgufFile::open(bare), ""); });
   EXPECT_EQ(msg.find(bare), 0u) << msg;
-  EXPECT_NE(msg.find("--chat-template chatml|llama3|none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
 
   const std::string gemma = write("gemma", kGemmaTemplate, false);
   const std::string unknown = error_of([&] { detect_chat_format(*GgufFile::open(gemma), ""); });
@@ -177,6 +419,60 @@ TEST(ChatTemplate, FromGguf) {
   EXPECT_NE(unknown.find("unknown chat template"), std::string::npos) << unknown;
 
   for (const std::string& p : {qwen, bare_chatml, bare, gemma}) std::remove(p.c_str());
+}
+
+TEST(ChatTemplate, FromGgufTokenTexts) {
+  const std::string dir = ::testing::TempDir();
+  // A SentencePiece-style vocabulary: <unk> 0, <s> 1, </s> 2.
+  auto write = [&](const std::string& name, const std::string& tmpl, int64_t bos, int64_t eos) {
+    GgufWriter w;
+    w.set_string("general.architecture", "llama");
+    w.set_string("tokenizer.chat_template", tmpl);
+    w.set_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
+    if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+    if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
+    const std::string path = dir + "chat_template_test_" + name + ".gguf";
+    w.write(path, [](size_t, uint8_t*, size_t) {});
+    return path;
+  };
+  const std::string llama2 = write("llama2", kLlama2Template, 1, 2);
+  const ChatFormat f = detect_chat_format(*GgufFile::open(llama2), "");
+  EXPECT_EQ(f.kind, ChatTemplate::Llama2);
+  EXPECT_EQ(f.bos_text, "<s>");
+  EXPECT_EQ(f.eos_text, "</s>");
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}, {"assistant", "Hi"}}, true), "<s>[INST] 你好 [/INST] Hi </s>");
+
+  const std::string mistral = write("mistral", kMistralV01Template, 1, 2);
+  const ChatFormat m = detect_chat_format(*GgufFile::open(mistral), "");
+  EXPECT_EQ(m.kind, ChatTemplate::Mistral);
+  EXPECT_EQ(m.mistral, MistralStyle::SpaceAfterEos);
+  EXPECT_EQ(render_chat(m, {{"user", "你好"}}, true), "<s>[INST] 你好 [/INST]");
+
+  // Zephyr needs only the EOS text.
+  const std::string zephyr = write("zephyr", kZephyrTemplate, -1, 2);
+  const ChatFormat z = detect_chat_format(*GgufFile::open(zephyr), "");
+  EXPECT_EQ(z.kind, ChatTemplate::Zephyr);
+  EXPECT_EQ(z.bos_text, "");
+  EXPECT_EQ(render_chat(z, {{"user", "你好"}}, true), "<|user|>\n你好</s>\n<|assistant|>\n");
+
+  const std::string llama31 = write("llama31", kLlama31Template, -1, -1);
+  const ChatFormat l = detect_chat_format(*GgufFile::open(llama31), "");
+  EXPECT_EQ(l.kind, ChatTemplate::Llama3);
+  EXPECT_EQ(l.today_date, "26 Jul 2024");
+
+  // A missing or out-of-range id is an error that names the file and the key.
+  const std::string no_eos = write("no_eos", kLlama2Template, 1, -1);
+  std::string msg = error_of([&] { detect_chat_format(*GgufFile::open(no_eos), ""); });
+  EXPECT_EQ(msg.find(no_eos), 0u) << msg;
+  EXPECT_NE(msg.find("tokenizer.ggml.eos_token_id"), std::string::npos) << msg;
+  const std::string bad_bos = write("bad_bos", kMistralTemplate, 4, 2);
+  msg = error_of([&] { detect_chat_format(*GgufFile::open(bad_bos), ""); });
+  EXPECT_NE(msg.find("tokenizer.ggml.bos_token_id is missing or outside tokenizer.ggml.tokens"), std::string::npos)
+      << msg;
+  // The same file with a format that writes no token text is fine.
+  EXPECT_EQ(detect_chat_format(*GgufFile::open(bad_bos), "chatml").kind, ChatTemplate::ChatML);
+
+  for (const std::string& p : {llama2, mistral, zephyr, llama31, no_eos, bad_bos}) std::remove(p.c_str());
 }
 
 }  // namespace

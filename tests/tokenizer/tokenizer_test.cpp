@@ -278,6 +278,23 @@ TEST(Tokenizer, EndOfGeneration) {
   EXPECT_FALSE(tok->is_end_of_generation(-1));
 }
 
+// Llama 2, Mistral and Zephyr end a turn with the EOS token "</s>", which their chat formats also
+// write as text into earlier turns: the text reads back as that token.
+TEST(Tokenizer, EndOfGenerationEosText) {
+  Vocab v;
+  const int32_t bos = v.add_raw("<s>", TokenType::Control);
+  const int32_t eos = v.add_raw("</s>", TokenType::Control);
+  SpecialTokenIds ids;
+  ids.bos = bos;
+  ids.eos = eos;
+  const auto tok = v.build("gpt-2", ids);
+  EXPECT_EQ(tok->eot_id(), -1);
+  EXPECT_TRUE(tok->is_end_of_generation(eos));
+  EXPECT_FALSE(tok->is_end_of_generation(bos));
+  const std::vector<int32_t> got = tok->encode("<s>a</s><s>a");
+  EXPECT_EQ(got, std::vector<int32_t>({bos, 'a', eos, bos, 'a'}));
+}
+
 // The message of the TokenizerError that f() throws.
 template <typename F>
 std::string error_of(F f) {
