@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,8 +19,10 @@ namespace {
 
 // llama.cpp token types.
 constexpr int32_t kTokenNormal = 1;
+constexpr int32_t kTokenUnknown = 2;
 constexpr int32_t kTokenControl = 3;
 constexpr int32_t kTokenUnused = 5;
+constexpr int32_t kTokenByte = 6;
 
 // llama.cpp file types (general.file_type).
 uint32_t file_type(SynthMix m) {
@@ -83,6 +86,10 @@ void validate(const SynthConfig& c) {
   if (!c.rope_freqs.empty() && int(c.rope_freqs.size()) != c.n_embd / c.n_head / 2) {
     bad_config("rope_freqs has " + std::to_string(c.rope_freqs.size()) + " values, expected head_dim/2");
   }
+  if (c.vocab == SynthVocab::SentencePiece && !c.tokenizer_dir.empty()) {
+    bad_config("tokenizer_dir '" + c.tokenizer_dir +
+               "' holds a byte-level tokenizer; the SentencePiece vocabulary takes none");
+  }
 }
 
 // llama.cpp's choice of the layers that get more bits in the _M mixes.
@@ -112,11 +119,29 @@ GgmlType matrix_type(SynthMix mix, Role role, int64_t row_length) {
 // ---- tokenizer ---------------------------------------------------------------------------------
 
 struct Vocab {
+  std::string model;                // tokenizer.ggml.model: "gpt2" or "llama"
   std::vector<std::string> tokens;  // (n_vocab)
   std::vector<int32_t> types;       // (n_vocab)
-  std::vector<std::string> merges;
-  int32_t endoftext = 0, im_end = 0;
+  std::vector<float> scores;        // (n_vocab) SentencePiece only
+  std::vector<std::string> merges;  // byte-level only
+  int32_t unk = -1, bos = -1, eos = -1, pad = -1;
+  bool add_bos = false;
+  const char* chat_template = "";
 };
+
+// Checks that the vocabulary fits n_vocab and fills the rest with "[PAD<id>]" tokens (type unused,
+// score 0 where the vocabulary has scores).
+void pad_vocab(Vocab& v, int n_vocab, const char* what) {
+  if (int64_t(n_vocab) < int64_t(v.tokens.size())) {
+    bad_config("n_vocab " + std::to_string(n_vocab) + " is smaller than the " + std::to_string(v.tokens.size()) +
+               " tokens of the " + what);
+  }
+  for (int32_t id = int32_t(v.tokens.size()); id < n_vocab; ++id) {
+    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
+    v.types.push_back(kTokenUnused);
+    if (!v.scores.empty()) v.scores.push_back(0.0f);
+  }
+}
 
 // GPT-2's byte-to-unicode mapping: printable bytes stand for themselves, the others are shifted to
 // code points 256 and up. Listed in the order of the GPT-2 and Qwen2 vocabularies (printable
@@ -188,35 +213,9 @@ void read_hf_tokenizer(const std::string& dir, Vocab& v) {
   }
 }
 
-Vocab build_vocab(const SynthConfig& c) {
-  Vocab v;
-  if (c.tokenizer_dir.empty()) {
-    v.tokens = byte_level_tokens();
-    v.types.assign(v.tokens.size(), kTokenNormal);
-  } else {
-    read_hf_tokenizer(c.tokenizer_dir, v);
-  }
-  const int64_t needed = int64_t(v.tokens.size()) + 3;
-  if (c.n_vocab < needed) {
-    bad_config("n_vocab " + std::to_string(c.n_vocab) + " is smaller than the " + std::to_string(needed) +
-               " tokens of the vocabulary and its control tokens");
-  }
-  v.endoftext = int32_t(v.tokens.size());
-  v.im_end = v.endoftext + 2;
-  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
-    v.tokens.emplace_back(special);
-    v.types.push_back(kTokenControl);
-  }
-  for (int32_t id = int32_t(v.tokens.size()); id < c.n_vocab; ++id) {
-    v.tokens.push_back("[PAD" + std::to_string(id) + "]");
-    v.types.push_back(kTokenUnused);
-  }
-  return v;
-}
-
 // ChatML, as Qwen2.5 uses it: a system turn (Qwen's default one when the conversation has none),
 // then each message as <|im_start|>role\ncontent<|im_end|>\n, then the assistant prompt.
-const char* kChatTemplate =
+const char* kChatMLTemplate =
     "{%- if messages[0]['role'] == 'system' %}\n"
     "    {{- '<|im_start|>system\\n' + messages[0]['content'] + '<|im_end|>\\n' }}\n"
     "{%- else %}\n"
@@ -231,6 +230,84 @@ const char* kChatTemplate =
     "{%- if add_generation_prompt %}\n"
     "    {{- '<|im_start|>assistant\\n' }}\n"
     "{%- endif %}\n";
+
+Vocab byte_level_vocab(const SynthConfig& c) {
+  Vocab v;
+  v.model = "gpt2";
+  if (c.tokenizer_dir.empty()) {
+    v.tokens = byte_level_tokens();
+    v.types.assign(v.tokens.size(), kTokenNormal);
+  } else {
+    read_hf_tokenizer(c.tokenizer_dir, v);
+  }
+  v.bos = v.pad = int32_t(v.tokens.size());  // <|endoftext|>
+  v.eos = v.bos + 2;                          // <|im_end|>
+  for (const char* special : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    v.tokens.emplace_back(special);
+    v.types.push_back(kTokenControl);
+  }
+  v.chat_template = kChatMLTemplate;
+  pad_vocab(v, c.n_vocab, "vocabulary and its control tokens");
+  return v;
+}
+
+// The normal pieces of the SentencePiece vocabulary, highest score first, as sentencepiece's BPE
+// trainer orders them: merged pieces, each the concatenation of two pieces of the list (the order
+// of their scores is the order the encoder merges them in), then the single characters. "▁"
+// (U+2581) writes a space. Enough to merge the Llama 2 chat prompt "[INST] hi [/INST]" into the
+// pieces Llama 2's own vocabulary gives it ("▁[", "INST", "]", "▁hi", "▁[", "/", "INST", "]") and
+// to encode a few words; other characters fall back to byte pieces.
+const char* const kSentencePiecePieces[] = {
+    "\u2581t", "he", "\u2581the", "in", "\u2581a", "er", "on", "\u2581s", "IN", "ST",
+    "INST", "\u2581[", "\u2581h", "hi", "\u2581hi", "\u2581w", "or", "ld", "\u2581wor", "\u2581world",
+    "\u2581", "e", "t", "a", "h", "i", "n", "o", "r", "s",
+    "l", "d", "w", "I", "N", "S", "T", "[", "]", "/",
+};
+
+// Llama-2-7b-chat-hf's chat template: the system message inside <<SYS>> at the start of the first
+// user turn, each user turn as "<s>[INST] text [/INST]", each reply as " text </s>".
+const char* kLlama2Template =
+    "{% if messages[0]['role'] == 'system' %}{% set loop_messages = messages[1:] %}{% set system_message = "
+    "messages[0]['content'] %}{% else %}{% set loop_messages = messages %}{% set system_message = false %}"
+    "{% endif %}{% for message in loop_messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}{% set content = '<<SYS>>\\n' + system_message + "
+    "'\\n<</SYS>>\\n\\n' + message['content'] %}{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' '  + content.strip() + ' ' + eos_token }}{% endif %}"
+    "{% endfor %}";
+
+Vocab sentencepiece_vocab(const SynthConfig& c) {
+  Vocab v;
+  v.model = "llama";
+  v.tokens = {"<unk>", "<s>", "</s>"};
+  v.types = {kTokenUnknown, kTokenControl, kTokenControl};
+  v.scores = {0.0f, 0.0f, 0.0f};
+  v.unk = 0;
+  v.bos = 1;
+  v.eos = 2;
+  v.add_bos = true;
+  for (int b = 0; b < 256; ++b) {
+    char piece[7];
+    std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+    v.tokens.emplace_back(piece);
+    v.types.push_back(kTokenByte);
+    v.scores.push_back(0.0f);
+  }
+  float score = 0.0f;
+  for (const char* piece : kSentencePiecePieces) {
+    v.tokens.emplace_back(piece);
+    v.types.push_back(kTokenNormal);
+    v.scores.push_back(score -= 1.0f);
+  }
+  v.chat_template = kLlama2Template;
+  pad_vocab(v, c.n_vocab, "SentencePiece vocabulary");
+  return v;
+}
+
+Vocab build_vocab(const SynthConfig& c) {
+  return c.vocab == SynthVocab::SentencePiece ? sentencepiece_vocab(c) : byte_level_vocab(c);
+}
 
 // ---- weights -----------------------------------------------------------------------------------
 
@@ -296,6 +373,14 @@ SynthConfig tiny_llama_test_model() {
   c.qkv_bias = false;
   c.rope_theta = 10000.0f;
   c.rms_eps = 1e-5f;
+  return c;
+}
+
+SynthConfig tiny_llama2_test_model() {
+  SynthConfig c = tiny_llama_test_model();
+  c.name = "Synthetic tiny llama 2";
+  c.vocab = SynthVocab::SentencePiece;
+  c.n_vocab = 320;  // 3 special + 256 byte + 40 normal pieces, then padding
   return c;
 }
 
@@ -379,16 +464,23 @@ void write_synth_model(const SynthConfig& c, const std::string& path,
   w.set_u32(a + "rope.dimension_count", uint32_t(c.n_embd / c.n_head));
   w.set_f32(a + "rope.freq_base", c.rope_theta);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
-  w.set_string("tokenizer.ggml.model", "gpt2");
-  w.set_string("tokenizer.ggml.pre", "qwen2");
+  const bool spm = !vocab.scores.empty();
+  w.set_string("tokenizer.ggml.model", vocab.model);
+  if (!spm) w.set_string("tokenizer.ggml.pre", "qwen2");
   w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
+  if (spm) w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
   w.set_i32_array("tokenizer.ggml.token_type", vocab.types);
-  w.set_string_array("tokenizer.ggml.merges", vocab.merges);
-  w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.endoftext));
-  w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.im_end));
-  w.set_u32("tokenizer.ggml.padding_token_id", uint32_t(vocab.endoftext));
-  w.set_bool("tokenizer.ggml.add_bos_token", false);
-  w.set_string("tokenizer.chat_template", kChatTemplate);
+  if (!spm) w.set_string_array("tokenizer.ggml.merges", vocab.merges);
+  if (vocab.unk >= 0) w.set_u32("tokenizer.ggml.unknown_token_id", uint32_t(vocab.unk));
+  w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(vocab.bos));
+  w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(vocab.eos));
+  if (vocab.pad >= 0) w.set_u32("tokenizer.ggml.padding_token_id", uint32_t(vocab.pad));
+  w.set_bool("tokenizer.ggml.add_bos_token", vocab.add_bos);
+  if (spm) {
+    w.set_bool("tokenizer.ggml.add_eos_token", false);
+    w.set_bool("tokenizer.ggml.add_space_prefix", true);
+  }
+  w.set_string("tokenizer.chat_template", vocab.chat_template);
   for (const SynthTensor& t : tensors) w.add_tensor(t.name, t.type, t.dims);
 
   w.write(

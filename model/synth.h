@@ -30,6 +30,15 @@ enum class SynthMix : uint8_t {
   F32,   // every matrix F32
 };
 
+// The tokenizer written into the file.
+enum class SynthVocab : uint8_t {
+  // tokenizer.ggml.model "gpt2" as Qwen2 has it: byte-level tokens (or those of tokenizer_dir) and
+  // ChatML control tokens.
+  ByteLevel,
+  // tokenizer.ggml.model "llama" as Llama 2 has it: scored SentencePiece pieces with byte fallback.
+  SentencePiece,
+};
+
 struct SynthConfig {
   std::string arch = "qwen2";  // "qwen2" or "llama"
   std::string name = "Synthetic Qwen2.5 0.5B Instruct";
@@ -50,8 +59,9 @@ struct SynthConfig {
   SynthMix mix = SynthMix::Q4_K_M;
   uint64_t seed = 0x7116e11a5eedull;
   float weight_std = 0.02f;    // standard deviation of the matrix weights
-  // Folder with a Hugging Face byte-level BPE tokenizer (vocab.json + merges.txt). Empty: a
-  // byte-level vocabulary without merges (see write_synth_model).
+  SynthVocab vocab = SynthVocab::ByteLevel;
+  // Folder with a Hugging Face byte-level BPE tokenizer (vocab.json + merges.txt); ByteLevel only.
+  // Empty: a byte-level vocabulary without merges (see write_synth_model).
   std::string tokenizer_dir;
 };
 
@@ -77,6 +87,9 @@ SynthConfig tiny_llama_test_model();
 // original context of 64 instead of 8192 so that the scaling changes short prompts, and weights 5
 // times as large as tiny_llama_test_model's so that attention depends on where the heads turn.
 SynthConfig tiny_llama3_test_model();
+// tiny_llama_test_model with Llama 2's tokenizer layout: the SentencePiece vocabulary and the
+// Llama 2 chat template (see write_synth_model), n_vocab 320 to hold its 299 pieces.
+SynthConfig tiny_llama2_test_model();
 
 // The tensors the config declares, in file order: token_embd.weight, then per layer blk.N.
 // attn_norm, attn_q (+bias), attn_k (+bias), attn_v (+bias), attn_output, ffn_norm, ffn_gate,
@@ -86,7 +99,8 @@ SynthConfig tiny_llama3_test_model();
 std::vector<SynthTensor> synth_tensors(const SynthConfig& c);
 
 // Writes the model to `path`; progress(done_bytes, total_bytes) as tensor data is written.
-// Metadata: general.*, the <arch>.* hyperparameters, and a gpt2-style tokenizer (pre "qwen2"):
+// Metadata: general.*, the <arch>.* hyperparameters, and the tokenizer of c.vocab.
+// ByteLevel: a gpt2-style tokenizer (pre "qwen2"):
 //   - with tokenizer_dir: the ids of vocab.json and the merges of merges.txt;
 //   - without: the 256 byte-level tokens (GPT-2's byte-to-unicode mapping, in the order of the
 //     GPT-2/Qwen2 vocabularies, so single-byte ids agree with Qwen2's) and no merges.
@@ -94,7 +108,16 @@ std::vector<SynthTensor> synth_tensors(const SynthConfig& c);
 //   256..258 for the byte-level vocabulary), then "[PAD<id>]" tokens (type unused) up to n_vocab.
 //   bos = padding = <|endoftext|>, eos = <|im_end|>, add_bos_token false, a ChatML chat template
 //   with Qwen's default system prompt.
-// Throws GgufError on an inconsistent config, an unreadable tokenizer_dir or an I/O failure.
+// SentencePiece: tokenizer.ggml.model "llama" laid out as llama.cpp converts Llama 2's: <unk> 0
+//   (type unknown), <s> 1 and </s> 2 (control), the byte pieces <0x00>..<0xFF> 3..258 (type byte),
+//   then 40 normal pieces with scores -1, -2, ...: merged pieces such as "▁the", "▁[", "INST" and
+//   "▁hi" (U+2581 "▁" writes a space), so that a Llama 2 chat prompt merges as Llama 2's does,
+//   then the single characters they are made of. Then "[PAD<id>]" pieces (type unused) up to
+//   n_vocab. Every piece has a score in tokenizer.ggml.scores (0 for the special and byte pieces);
+//   no pre-tokenizer and no merges. unknown 0, bos 1, eos 2, add_bos_token true, add_eos_token
+//   false, add_space_prefix true, and the Llama 2 chat template (no default system prompt).
+// Throws GgufError on an inconsistent config (a tokenizer_dir with the SentencePiece vocabulary
+// included), an unreadable tokenizer_dir or an I/O failure.
 void write_synth_model(const SynthConfig& c, const std::string& path,
                        const std::function<void(size_t done, size_t total)>& progress = {});
 

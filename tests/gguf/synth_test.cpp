@@ -1,7 +1,8 @@
 // The synthetic model writer: the benchmark config declares exactly the tensors of
 // Qwen2.5-0.5B-Instruct Q4_K_M; the tiny presets write files that reopen with the declared tensors,
 // complete metadata, sane weights and identical bytes for the same seed; a Hugging Face tokenizer
-// folder is embedded with the Qwen2 ids.
+// folder is embedded with the Qwen2 ids; the SentencePiece vocabulary is laid out as Llama 2's and
+// reads back into a tokenizer that encodes the Llama 2 chat prompt as Llama 2's does.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,8 +10,10 @@
 #include <set>
 
 #include "gguf_test_util.h"
+#include "model/chat_template.h"
 #include "model/quants.h"
 #include "model/synth.h"
+#include "model/tokenizer.h"
 
 namespace tllm {
 namespace {
@@ -121,6 +124,13 @@ TEST(Synth, RejectsInconsistentConfigs) {
   c = tiny_test_model();
   c.tokenizer_dir = "/nonexistent-tokenizer";
   expect_error(c, "/nonexistent-tokenizer/vocab.json: cannot open");
+  // The SentencePiece vocabulary: 299 pieces before the padding, and no tokenizer folder.
+  c = tiny_llama2_test_model();
+  c.n_vocab = 272;
+  expect_error(c, "n_vocab 272 is smaller than the 299 tokens of the SentencePiece vocabulary");
+  c.n_vocab = 320;
+  c.tokenizer_dir = "/some-tokenizer";
+  expect_error(c, "tokenizer_dir '/some-tokenizer' holds a byte-level tokenizer");
 }
 
 // Writes the tiny model once per test and reopens it.
@@ -222,6 +232,96 @@ TEST(Synth, TinyLlamaMetadata) {
   ASSERT_NE(f.find_tensor("output.weight"), nullptr);
   EXPECT_EQ(f.find_tensor("output.weight")->dims, (std::vector<int64_t>{64, 272}));
   EXPECT_EQ(f.find_tensor("blk.1.attn_k.bias"), nullptr);
+}
+
+TEST(Synth, TinyLlama2HasLlama2sSentencePieceLayout) {
+  TinyFile t(tiny_llama2_test_model());
+  const GgufFile& f = *t.file;
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->dims, (std::vector<int64_t>{64, 320}));
+  EXPECT_EQ(f.find_tensor("output.weight")->dims, (std::vector<int64_t>{64, 320}));
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
+  EXPECT_EQ(f.find("tokenizer.ggml.pre"), nullptr);
+  EXPECT_EQ(f.find("tokenizer.ggml.merges"), nullptr);
+  EXPECT_EQ(f.find("tokenizer.ggml.padding_token_id"), nullptr);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.unknown_token_id"), 0);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.bos_token_id"), 1);
+  EXPECT_EQ(f.get_int("tokenizer.ggml.eos_token_id"), 2);
+  EXPECT_TRUE(f.get_bool("tokenizer.ggml.add_bos_token", false));
+  EXPECT_FALSE(f.get_bool("tokenizer.ggml.add_eos_token", true));
+  EXPECT_TRUE(f.get_bool("tokenizer.ggml.add_space_prefix", false));
+
+  // <unk> <s> </s>, 256 byte pieces, 40 normal pieces, then padding up to n_vocab = 320.
+  const auto& tokens = f.get_string_array("tokenizer.ggml.tokens");
+  const auto types = f.get_int_array("tokenizer.ggml.token_type");
+  const auto scores = f.get_float_array("tokenizer.ggml.scores");
+  ASSERT_EQ(tokens.size(), 320u);
+  ASSERT_EQ(types.size(), 320u);
+  ASSERT_EQ(scores.size(), 320u);
+  EXPECT_EQ(tokens[0], "<unk>");
+  EXPECT_EQ(tokens[1], "<s>");
+  EXPECT_EQ(tokens[2], "</s>");
+  EXPECT_EQ((std::vector<int64_t>(types.begin(), types.begin() + 3)), (std::vector<int64_t>{2, 3, 3}));
+  for (int b = 0; b < 256; ++b) {
+    char piece[7];
+    std::snprintf(piece, sizeof(piece), "<0x%02X>", b);
+    EXPECT_EQ(tokens[size_t(3 + b)], piece);
+    EXPECT_EQ(types[size_t(3 + b)], 6) << piece;
+    EXPECT_EQ(scores[size_t(3 + b)], 0.0) << piece;
+  }
+  const std::string space = "\xE2\x96\x81";  // U+2581
+  EXPECT_EQ(tokens[259], space + "t");
+  EXPECT_EQ(tokens[261], space + "the");
+  EXPECT_EQ(tokens[278], space + "world");
+  EXPECT_EQ(tokens[279], space);
+  EXPECT_EQ(tokens[298], "/");
+  std::map<std::string, size_t> piece_ids;
+  for (size_t i = 259; i < 299; ++i) {
+    EXPECT_EQ(types[i], 1) << tokens[i];
+    EXPECT_EQ(scores[i], -double(i - 258)) << tokens[i];
+    piece_ids.emplace(tokens[i], i);
+  }
+  EXPECT_EQ(piece_ids.size(), 40u);
+  // As sentencepiece's trainer makes them, each merged piece (259..278) joins two pieces that are
+  // merged pieces of higher score or single characters (279..298).
+  for (size_t i = 259; i < 279; ++i) {
+    const std::string& p = tokens[i];
+    auto earlier = [&](const std::string& part) {
+      auto it = piece_ids.find(part);
+      return it != piece_ids.end() && (it->second < i || it->second >= 279);
+    };
+    bool joins = false;
+    for (size_t cut = 1; cut < p.size(); ++cut) joins = joins || (earlier(p.substr(0, cut)) && earlier(p.substr(cut)));
+    EXPECT_TRUE(joins) << p;
+  }
+  EXPECT_EQ(tokens[299], "[PAD299]");
+  EXPECT_EQ(tokens[319], "[PAD319]");
+  for (size_t i = 299; i < 320; ++i) EXPECT_EQ(types[i], 5) << i;
+
+  const ChatFormat fmt = detect_chat_format(f, "");
+  EXPECT_EQ(fmt.kind, ChatTemplate::Llama2);
+  EXPECT_TRUE(fmt.default_system.empty());
+  EXPECT_EQ(render_chat(fmt, {{"user", "hi"}}, true), "<s>[INST] hi [/INST]");
+}
+
+TEST(Synth, TinyLlama2TokenizerEncodesTheChatPromptAsLlama2Does) {
+  TinyFile t(tiny_llama2_test_model());
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::from_gguf(*t.file);
+  EXPECT_TRUE(tok->is_sentencepiece());
+  EXPECT_TRUE(tok->add_bos());
+  EXPECT_EQ(tok->unk_id(), 0);
+  EXPECT_EQ(tok->bos_id(), 1);
+  EXPECT_EQ(tok->eos_id(), 2);
+  // "<s>" is cut out as BOS; the text after it becomes "▁[INST]▁hi▁[/INST]" and merges highest
+  // score first: "IN" (-9) and "ST" (-10) into "INST" (-11), "▁[" (-12), "▁h" (-13) before "hi"
+  // (-14), then "▁hi" (-15). Llama 2's own ids have the same shape: 1 518 25580 29962 7251 518
+  // 29914 25580 29962.
+  const std::vector<int32_t> chat = {1, 270, 269, 297, 273, 270, 298, 269, 297};
+  EXPECT_EQ(tok->encode("<s>[INST] hi [/INST]"), chat);
+  // "▁t" + "he" = "▁the", "▁w" + "or" + "ld" = "▁world"; "!" and "\n" have no piece and fall back
+  // to their bytes <0x21> and <0x0A>.
+  EXPECT_EQ(tok->encode("the world!\n"), (std::vector<int32_t>{261, 278, 36, 13}));
+  EXPECT_EQ(tok->decode({261, 278, 36, 13}), "the world!\n");
 }
 
 float mean_of(const std::vector<float>& v) {

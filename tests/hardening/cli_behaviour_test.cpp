@@ -2,7 +2,8 @@
 // closed standard streams, outputs that cannot be written (a full disk, a folder, a pipe where a
 // file is replaced), options that contradict each other, a --ctx above the trained context, an
 // unreadable chat input, the model given both ways in --help, BOS and special tokens in prompts,
-// random seeds, a missing pre-tokenizer, and a benchmark that generates one token.
+// random seeds, a missing pre-tokenizer, a Llama 2-style model (SentencePiece vocabulary, Llama 2
+// chat template) from synth to generate, and a benchmark that generates one token.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -294,6 +295,31 @@ TEST(CliBehaviour, ModelsWithRopeFrequencyFactorsStillLoad) {
   const std::string path = dir.file("rope-freqs.gguf");
   write_synth_model(tiny_llama3_test_model(), path);
   expect_success(run(generate_command(path)));
+}
+
+TEST(CliBehaviour, ALlama2StyleModelRunsFromSynthToChat) {
+  const std::string t = tiny_llm_path();
+  ScratchDir dir;
+  const std::string m = dir.file("llama2.gguf");
+  const std::vector<RunResult> made = run_all({
+      {t, "synth", "--preset", "tiny-llama2", "-q", "-o", m},
+      {t, "synth", "--preset", "tiny-llama2", "-q", "--tokenizer-dir", dir.file(""), "-o", dir.file("x.gguf")},
+  });
+  expect_success(made[0]);
+  expect_clean_failure(made[1], "tiny_llm", {"--tokenizer-dir", "tiny-llama2", "SentencePiece"});
+  const std::vector<RunResult> r = run_all({
+      {t, "tokenize", "-m", m, "<s>[INST] hi [/INST]"},
+      {t, "generate", "-m", m, "--backend", "cpu", "--chat", "-p", "hi", "--max-tokens", "4", "--stats"},
+      {t, "inspect", m},
+  });
+  for (const RunResult& x : r) expect_success(x);
+  // BOS, then "▁[" "INST" "]" "▁hi" "▁[" "/" "INST" "]" (see the piece list in synth.cpp).
+  EXPECT_EQ(r[0].out, "1 270 269 297 273 270 298 269 297\n") << r[0].describe();
+  // The chat prompt "<s>[INST] hi [/INST]" opens with BOS, so the program adds none.
+  EXPECT_EQ(stats_prompt_tokens(r[1]), 9);
+  const std::string& listing = r[2].out;
+  EXPECT_TRUE(std::regex_search(listing, std::regex("\ntokenizer\\.ggml\\.model +\"llama\"\n"))) << listing;
+  EXPECT_TRUE(std::regex_search(listing, std::regex("\ntokenizer\\.ggml\\.scores +\\[f32 x 320\\]"))) << listing;
 }
 
 TEST(CliBehaviour, BenchWithOneTokenLeavesDecodeUnmeasured) {
