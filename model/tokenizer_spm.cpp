@@ -45,27 +45,23 @@ void Tokenizer::build_spm(std::vector<std::string> pieces, std::vector<float> sc
   spm_ = true;
   pre_name_.clear();
   add_space_prefix_ = add_space_prefix;
-  build_common(std::move(pieces), std::move(token_types), special);
-  scores_ = std::move(scores);
-  const size_t n = tokens_.size();
-
-  // Ids a file leaves out are found by type and text: <unk>, <s>, </s> in every such vocabulary.
+  // Ids a file leaves out are found by type and text: the unknown piece, <s> and </s>.
+  SpecialTokenIds ids = special;
   auto find_typed = [&](const char* text, TokenType type) {
-    auto it = text_to_id_.find(text);
-    return it != text_to_id_.end() && types_[it->second] == type ? it->second : -1;
-  };
-  if (unk_ < 0) {
-    for (size_t i = 0; i < n && unk_ < 0; ++i) {
-      if (types_[i] == TokenType::Unknown) unk_ = static_cast<int32_t>(i);
+    for (size_t i = 0; i < pieces.size(); ++i) {
+      const bool typed = i < token_types.size() ? token_types[i] == static_cast<int32_t>(type)
+                                                : type == TokenType::Normal;
+      if (typed && (text == nullptr || pieces[i] == text)) return static_cast<int32_t>(i);
     }
-  }
-  if (bos_ < 0) bos_ = find_typed("<s>", TokenType::Control);
-  if (eos_ < 0) eos_ = find_typed("</s>", TokenType::Control);
-  if (eos_ >= 0 && !is_end_of_generation(eos_)) {
-    end_of_generation_.insert(
-        std::upper_bound(end_of_generation_.begin(), end_of_generation_.end(), eos_), eos_);
-  }
+    return -1;
+  };
+  if (ids.unk < 0) ids.unk = find_typed(nullptr, TokenType::Unknown);
+  if (ids.bos < 0) ids.bos = find_typed("<s>", TokenType::Control);
+  if (ids.eos < 0) ids.eos = find_typed("</s>", TokenType::Control);
+  build_common(std::move(pieces), std::move(token_types), ids);
+  scores_ = std::move(scores);
   add_bos_ = special.add_bos.value_or(true);
+  const size_t n = tokens_.size();
 
   bytes_off_.resize(n + 1);
   bytes_blob_.clear();
