@@ -37,21 +37,21 @@ const char* ggml_type_name(GgmlType t) {
     case 13: return "Q5_K";
     case 14: return "Q6_K";
     case 15: return "Q8_K";
-    case 20: return "IQ4_NL";
-    case 23: return "IQ4_XS";
-    // Types ggml defines that this project does not read; named for error messages.
     case 16: return "IQ2_XXS";
     case 17: return "IQ2_XS";
     case 18: return "IQ3_XXS";
     case 19: return "IQ1_S";
+    case 20: return "IQ4_NL";
     case 21: return "IQ3_S";
     case 22: return "IQ2_S";
+    case 23: return "IQ4_XS";
+    case 29: return "IQ1_M";
+    // Types ggml defines that this project does not read; named for error messages.
     case 24: return "I8";
     case 25: return "I16";
     case 26: return "I32";
     case 27: return "I64";
     case 28: return "F64";
-    case 29: return "IQ1_M";
     case 30: return "BF16";
     case 34: return "TQ1_0";
     case 35: return "TQ2_0";
@@ -80,6 +80,13 @@ bool ggml_type_block(GgmlType t, int64_t* block_values, int64_t* block_bytes) {
     case GgmlType::Q8_K: v = 256, b = 4 + 256 + 32; break;
     case GgmlType::IQ4_NL: v = 32, b = 2 + 16; break;
     case GgmlType::IQ4_XS: v = 256, b = 2 + 2 + 4 + 128; break;
+    case GgmlType::IQ2_XXS: v = 256, b = 2 + 64; break;
+    case GgmlType::IQ2_XS: v = 256, b = 2 + 64 + 8; break;
+    case GgmlType::IQ2_S: v = 256, b = 2 + 32 + 32 + 8 + 8; break;
+    case GgmlType::IQ3_XXS: v = 256, b = 2 + 64 + 32; break;
+    case GgmlType::IQ3_S: v = 256, b = 2 + 64 + 8 + 32 + 4; break;
+    case GgmlType::IQ1_S: v = 256, b = 2 + 32 + 16; break;
+    case GgmlType::IQ1_M: v = 256, b = 32 + 16 + 8; break;
     default: return false;
   }
   if (block_values) *block_values = v;

@@ -16,8 +16,18 @@
 //   Q5_K 256 values, 176 B: d dmin | scales[12] | qh[32] | qs[128]
 //   Q6_K 256 values, 210 B: ql[128] | qh[64] | int8 scales[16] | d
 //   IQ4_XS 256 values, 136 B: d | u16 scales_h | scales_l[4] | qs[128]
+//   IQ2_XXS 256 values, 66 B: d | qs[64]
+//   IQ2_XS 256 values,  74 B: d | u16 qs[32] | scales[8]
+//   IQ2_S  256 values,  82 B: d | qs[32] | signs[32] | qh[8] | scales[8]
+//   IQ3_XXS 256 values, 98 B: d | qs[64] | u32 scales_signs[8]
+//   IQ3_S  256 values, 110 B: d | qs[64] | qh[8] | signs[32] | scales[4]
+//   IQ1_S  256 values,  50 B: d | qs[32] | u16 qh[8]
+//   IQ1_M  256 values,  56 B: qs[32] | qh[16] | u16 scales[4] (d spread over their top nibbles)
+//   The i-quants (IQ1..IQ3) pick groups of 8 or 4 values from a codebook (model/iq_grids.h).
 //   The super-block layouts are spelled out next to each dequantiser.
 #include "model/quants.h"
+
+#include "model/iq_grids.h"
 
 #include <algorithm>
 #include <atomic>
@@ -279,6 +289,146 @@ void dequant_iq4_xs(const uint8_t* b, float* y) {
   }
 }
 
+// ---- i-quants (256-value super-blocks, codebook grids) -------------------------------------------
+
+uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
+
+// IQ2_XXS, IQ2_XS and IQ3_XXS store the signs of 8 values as a 7-bit index: bit j (j < 7) is the
+// sign of value j, and the eighth sign makes the number of negative values even.
+uint8_t signs_of(uint32_t index7) {
+  int parity = 0;
+  for (int j = 0; j < 7; ++j) parity ^= (index7 >> j) & 1;
+  return uint8_t(index7 | parity << 7);
+}
+
+// y[j] = db·grid[j], negated where bit j of `signs` is set (j < n).
+void put_signed(const uint8_t* grid, int n, unsigned signs, float db, float* y) {
+  for (int j = 0; j < n; ++j) y[j] = db * float(grid[j]) * ((signs >> j) & 1 ? -1.0f : 1.0f);
+}
+
+// The 4-bit scale s of an IQ2 sub-block becomes d·(0.5 + s)·0.25.
+float iq2_scale(float d, int s) { return d * (0.5f + float(s)) * 0.25f; }
+
+// IQ2_XXS: 8 sub-blocks of 32 values, 8 bytes each: four grid indices (bytes 0..3, one per group of
+// 8 values) and a u32 whose bits 7g..7g+6 are the sign index of group g and bits 28..31 the scale.
+void dequant_iq2_xxs(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint8_t* q = b + 2 + 8 * ib;
+    const uint32_t aux = load_u32(q + 4);
+    const float db = iq2_scale(d, int(aux >> 28));
+    for (int g = 0; g < 4; ++g) {
+      const uint8_t s = signs_of((aux >> (7 * g)) & 127);
+      put_signed(iq::kIq2xxsGrid[q[g]], 8, s, db, y + 32 * ib + 8 * g);
+    }
+  }
+}
+
+// IQ2_XS: group g (32 groups of 8 values) is the u16 qs[g]: grid index in bits 0..8, sign index in
+// bits 9..15. Scale k (16 of them, 4 bits: low then high nibble of scales[k / 2]) covers groups
+// 2k and 2k + 1.
+void dequant_iq2_xs(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  const uint8_t* scales = b + 66;
+  for (int g = 0; g < 32; ++g) {
+    const uint16_t q = load_u16(b + 2 + 2 * g);
+    const float db = iq2_scale(d, (scales[g / 4] >> (4 * ((g / 2) % 2))) & 15);
+    put_signed(iq::kIq2xsGrid[q & 511], 8, signs_of(q >> 9), db, y + 8 * g);
+  }
+}
+
+// IQ2_S: group g (32 groups of 8 values) has grid index qs[g] | (bits 2(g%4)..2(g%4)+1 of
+// qh[g / 4]) << 8 and its 8 signs in signs[g]; scales as IQ2_XS.
+void dequant_iq2_s(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  const uint8_t* qs = b + 2;
+  const uint8_t* signs = b + 34;
+  const uint8_t* qh = b + 66;
+  const uint8_t* scales = b + 74;
+  for (int g = 0; g < 32; ++g) {
+    const int index = qs[g] | ((qh[g / 4] >> (2 * (g % 4))) & 3) << 8;
+    const float db = iq2_scale(d, (scales[g / 4] >> (4 * ((g / 2) % 2))) & 15);
+    put_signed(iq::kIq2sGrid[index], 8, signs[g], db, y + 8 * g);
+  }
+}
+
+// IQ3_XXS: 8 sub-blocks of 32 values; sub-block ib takes 8 grid indices (4 values each) from
+// qs[8ib..8ib + 7] and the u32 scales_signs[ib]: sign index of group g (8 values) in bits
+// 7g..7g+6, scale s in bits 28..31, x = d·(0.5 + s)·0.5·grid·sign.
+void dequant_iq3_xxs(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint8_t* q = b + 2 + 8 * ib;
+    const uint32_t aux = load_u32(b + 66 + 4 * ib);
+    const float db = d * (0.5f + float(aux >> 28)) * 0.5f;
+    for (int g = 0; g < 4; ++g) {
+      const unsigned s = signs_of((aux >> (7 * g)) & 127);
+      float* out = y + 32 * ib + 8 * g;
+      put_signed(iq::kIq3xxsGrid[q[2 * g]], 4, s, db, out);
+      put_signed(iq::kIq3xxsGrid[q[2 * g + 1]], 4, s >> 4, db, out + 4);
+    }
+  }
+}
+
+// IQ3_S: values 4k..4k + 3 (k < 64) are grid entry qs[k] | (bit k % 8 of qh[k / 8]) << 8; the sign
+// of value v is bit v % 8 of signs[v / 8]. Sub-block ib (32 values) has the 4-bit scale s in the
+// low (even ib) or high (odd ib) nibble of scales[ib / 2]: x = d·(1 + 2s)·grid·sign. Byte offsets:
+// qs 2, qh 66, signs 74, scales 106.
+void dequant_iq3_s(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  for (int ib = 0; ib < 8; ++ib) {
+    const float db = d * float(1 + 2 * ((b[106 + ib / 2] >> (4 * (ib % 2))) & 15));
+    const int high = b[66 + ib];  // qh: bit k % 8 is the ninth index bit of entry k = 8ib + k % 8
+    for (int k = 8 * ib; k < 8 * ib + 8; ++k) {
+      const int index = b[2 + k] | ((high >> (k % 8)) & 1) << 8;
+      put_signed(iq::kIq3sGrid[index], 4, b[74 + k / 2] >> (4 * (k % 2)), db, y + 4 * k);
+    }
+  }
+}
+
+// IQ1_S / IQ1_M: y[j] = dl·(grid[j] + delta), j < 8, with grid values -1, 0, 1.
+void put_iq1(const int8_t* grid, float dl, float delta, float* y) {
+  for (int j = 0; j < 8; ++j) y[j] = dl * (float(grid[j]) + delta);
+}
+
+constexpr float kIq1Delta = 0.125f;
+
+// IQ1_S: sub-block ib (32 values) has the u16 h = qh[ib]: group g (8 values) uses grid entry
+// qs[4ib + g] | (bits 3g..3g+2 of h) << 8; bits 12..14 are the scale s, bit 15 the sign of the
+// shift: x = d·(2s + 1)·(grid ± 0.125), minus when bit 15 is set.
+void dequant_iq1_s(const uint8_t* b, float* y) {
+  const float d = load_half(b);
+  const uint8_t* qs = b + 2;
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint16_t h = load_u16(b + 34 + 2 * ib);
+    const float dl = d * float(2 * ((h >> 12) & 7) + 1);
+    const float delta = h & 0x8000 ? -kIq1Delta : kIq1Delta;
+    for (int g = 0; g < 4; ++g) {
+      const int index = qs[4 * ib + g] | ((h >> (3 * g)) & 7) << 8;
+      put_iq1(iq::kIq1sGrid[index], dl, delta, y + 32 * ib + 8 * g);
+    }
+  }
+}
+
+// IQ1_M: group e (32 groups of 8 values) takes the nibble n of qh[e / 2] (low for even e): grid
+// entry qs[e] | (n & 7) << 8, shift -0.125 when n & 8 else +0.125. Scale t (16 of them, one per
+// 16 values) is bits 3(t%4)..3(t%4)+2 of the u16 scales[t / 4]; the top nibbles of scales[0..3],
+// in that order from the lowest, are the fp16 d: x = d·(2s + 1)·(grid + shift).
+void dequant_iq1_m(const uint8_t* b, float* y) {
+  const uint8_t* qs = b;
+  const uint8_t* qh = b + 32;
+  uint16_t sc[4];
+  for (int i = 0; i < 4; ++i) sc[i] = load_u16(b + 48 + 2 * i);
+  const float d = half_to_float(half_t(sc[0] >> 12 | (sc[1] >> 8 & 0x00f0) | (sc[2] >> 4 & 0x0f00) |
+                                        (sc[3] & 0xf000)));
+  for (int e = 0; e < 32; ++e) {
+    const int n = (qh[e / 2] >> (4 * (e % 2))) & 15;
+    const int t = e / 2;
+    const float dl = d * float(2 * ((sc[t / 4] >> (3 * (t % 4))) & 7) + 1);
+    put_iq1(iq::kIq1sGrid[qs[e] | (n & 7) << 8], dl, n & 8 ? -kIq1Delta : kIq1Delta, y + 8 * e);
+  }
+}
+
 // ---- quantisers ----------------------------------------------------------------------------------
 
 float max_abs(const float* x, int n) {
@@ -460,6 +610,8 @@ bool can_dequantize(GgmlType t) {
     case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
     case GgmlType::Q8_0: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
     case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+    case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
+    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
       return true;
     default:
       return false;
@@ -498,6 +650,13 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::Q5_K: block = dequant_q5_k; break;
     case GgmlType::Q6_K: block = dequant_q6_k; break;
     case GgmlType::IQ4_XS: block = dequant_iq4_xs; break;
+    case GgmlType::IQ2_XXS: block = dequant_iq2_xxs; break;
+    case GgmlType::IQ2_XS: block = dequant_iq2_xs; break;
+    case GgmlType::IQ2_S: block = dequant_iq2_s; break;
+    case GgmlType::IQ3_XXS: block = dequant_iq3_xxs; break;
+    case GgmlType::IQ3_S: block = dequant_iq3_s; break;
+    case GgmlType::IQ1_S: block = dequant_iq1_s; break;
+    case GgmlType::IQ1_M: block = dequant_iq1_m; break;
     default: break;
   }
   for (int64_t i = 0; i < n / bv; ++i) block(s + i * bb, dst + i * bv);

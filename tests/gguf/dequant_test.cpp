@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 
+#include "model/iq_grids.h"
 #include "model/quants.h"
 
 namespace tllm {
@@ -487,12 +489,269 @@ TEST(Dequant, IQ4_XS) {
   EXPECT_EQ(y[40], 2032.0f);
 }
 
+// ---- i-quants: 256-value super-blocks whose groups of 8 (IQ3: 4) values are codebook entries ----
+// Each test fills two super-blocks (d = 0.5 then d = -1) with indices, signs and scales that vary by
+// position, and computes each value from the format's definition; d and the scales are chosen so
+// that every product is exact in fp32, whatever the order of multiplication.
+
+void put_u16(uint8_t* p, uint32_t v) {
+  p[0] = uint8_t(v & 0xff);
+  p[1] = uint8_t(v >> 8);
+}
+
+void put_u32(uint8_t* p, uint32_t v) {
+  for (int k = 0; k < 4; ++k) p[k] = uint8_t(v >> (8 * k));
+}
+
+// The 8 signs a 7-bit sign index stands for (IQ2_XXS, IQ2_XS, IQ3_XXS): -1 where bit j is set
+// (j < 7); the eighth is -1 when the index has an odd number of set bits.
+float index_sign(int index7, int j) {
+  const int bit = j < 7 ? (index7 >> j) & 1 : __builtin_popcount(unsigned(index7)) & 1;
+  return bit ? -1.0f : 1.0f;
+}
+
+float super_d(int blk) { return blk ? -1.0f : 0.5f; }
+half_t super_d_half(int blk) { return blk ? kHalfMinus1 : kHalf05; }
+
+// Two super-blocks of type `t` with d = super_d(blk) in bytes 0..1 (IQ1_M, whose d is spread over
+// its scales, leaves it to `fill`); fill(blk, p, want) writes the rest of block blk at p and its
+// 256 expected values to want. Checks dequantize_row against them.
+void check_super_blocks(GgmlType t, const std::function<void(int blk, uint8_t* p, float* want)>& fill) {
+  int64_t bv = 0, bb = 0;
+  ASSERT_TRUE(ggml_type_block(t, &bv, &bb));
+  std::vector<uint8_t> b(size_t(2 * bb), 0);
+  std::vector<float> want(512);
+  for (int blk = 0; blk < 2; ++blk) {
+    if (t != GgmlType::IQ1_M) put_half(b, size_t(bb * blk), super_d_half(blk));
+    fill(blk, b.data() + bb * blk, want.data() + 256 * blk);
+  }
+  expect_values(dequant(t, b, 2 * bv), want);
+}
+
+TEST(Dequant, IQ2_XXS) {
+  // d | 8 sub-blocks of 8 bytes: grid indices of groups 0..3, then a u32 with the 7-bit sign
+  // index of group g in bits 7g.. and the scale s in bits 28..31; x = d·(0.5 + s)/4·grid·sign.
+  check_super_blocks(GgmlType::IQ2_XXS, [](int blk, uint8_t* p, float* want) {
+    for (int ib = 0; ib < 8; ++ib) {
+      const int s = (5 * ib + 3 * blk) % 16;
+      uint32_t aux = uint32_t(s) << 28;
+      for (int g = 0; g < 4; ++g) {
+        const int index = (37 * ib + 11 * g + 101 * blk) % 256, si = (13 * ib + 29 * g + blk) % 128;
+        p[2 + 8 * ib + g] = uint8_t(index);
+        aux |= uint32_t(si) << (7 * g);
+        for (int j = 0; j < 8; ++j) {
+          want[size_t(32 * ib + 8 * g + j)] = super_d(blk) * (0.5f + float(s)) / 4 *
+                                                          float(iq::kIq2xxsGrid[index][j]) * index_sign(si, j);
+        }
+      }
+      put_u32(p + 2 + 8 * ib + 4, aux);
+    }
+  });
+
+  // Hand-worked, d = 1: sub-block 0 has index 1 in group 0 (grid {43, 8, 8, 8, 8, 8, 8, 8}) and 0
+  // in group 1 (all 8); sign indices 3 (values 0 and 1 negative; two bits set, so value 7 positive)
+  // and 1 (value 0 negative; one bit set, so value 7 negative too); s = 3: d·3.5/4 = 0.875.
+  //   value 0 = -0.875·43 = -37.625, value 1 = -7, value 2 = 7, value 7 = 7, value 8 = -7,
+  //   value 15 = -7; the u32 is 3 | 1 << 7 | 3 << 28 = 0x30000083.
+  EXPECT_EQ(std::vector<int>(iq::kIq2xxsGrid[1], iq::kIq2xxsGrid[1] + 2), (std::vector<int>{43, 8}));
+  std::vector<uint8_t> h(66, 0);
+  put_half(h, 0, kHalf1);
+  h[2] = 1;
+  put_u32(h.data() + 6, 0x30000083u);
+  const auto y = dequant(GgmlType::IQ2_XXS, h, 256);
+  EXPECT_EQ(y[0], -37.625f);
+  EXPECT_EQ(y[1], -7.0f);
+  EXPECT_EQ(y[2], 7.0f);
+  EXPECT_EQ(y[7], 7.0f);
+  EXPECT_EQ(y[8], -7.0f);
+  EXPECT_EQ(y[15], -7.0f);
+}
+
+TEST(Dequant, IQ2_XS) {
+  // d | u16 qs[32] | scales[8]: group g (values 8g..8g+7) is qs[g] = grid index (9 bits) | sign
+  // index << 9; scale k (4 bits, low then high nibble of scales[k / 2]) covers groups 2k, 2k + 1;
+  // x = d·(0.5 + s)/4·grid·sign.
+  check_super_blocks(GgmlType::IQ2_XS, [](int blk, uint8_t* p, float* want) {
+    for (int g = 0; g < 32; ++g) {
+      const int index = (97 * g + 300 * blk + 7) % 512, si = (41 * g + 5 * blk) % 128;
+      const int s = (7 * (g / 2) + blk) % 16;
+      put_u16(p + 2 + 2 * g, uint32_t(index | si << 9));
+      if (g % 2 == 0) p[66 + g / 4] |= uint8_t(s << (4 * ((g / 2) % 2)));
+      for (int j = 0; j < 8; ++j) {
+        want[size_t(8 * g + j)] =
+            super_d(blk) * (0.5f + float(s)) / 4 * float(iq::kIq2xsGrid[index][j]) * index_sign(si, j);
+      }
+    }
+  });
+
+  // Hand-worked, d = 1: qs[2] (group 2, scale 1 = high nibble of scales[0]) = 0 | 2 << 9 = 0x0400:
+  // grid entry 0 (all 8), value 17 negative (bit 1), value 23 negative (one bit set);
+  // scales[0] = 0xf0: s = 15, 15.5/4 = 3.875; value 16 = 3.875·8 = 31, value 17 = -31, value 23 = -31.
+  std::vector<uint8_t> h(74, 0);
+  put_half(h, 0, kHalf1);
+  put_u16(h.data() + 2 + 4, 0x0400);
+  h[66] = 0xf0;
+  const auto y = dequant(GgmlType::IQ2_XS, h, 256);
+  EXPECT_EQ(iq::kIq2xsGrid[0][0], 8);
+  EXPECT_EQ(y[16], 31.0f);
+  EXPECT_EQ(y[17], -31.0f);
+  EXPECT_EQ(y[23], -31.0f);
+  EXPECT_EQ(y[0], 0.125f * 8);  // s = 0: 0.5/4·8
+}
+
+TEST(Dequant, IQ2_S) {
+  // d | qs[32] | signs[32] | qh[8] | scales[8]: group g's grid index is qs[g] | (bits 2(g%4).. of
+  // qh[g / 4]) << 8, its signs the bits of signs[g]; scales as IQ2_XS.
+  check_super_blocks(GgmlType::IQ2_S, [](int blk, uint8_t* p, float* want) {
+    for (int g = 0; g < 32; ++g) {
+      const int index = (229 * g + 512 * blk + 3) % 1024, signs = (73 * g + 17 * blk) % 256;
+      const int s = (9 * (g / 2) + 2 * blk) % 16;
+      p[2 + g] = uint8_t(index & 0xff);
+      p[34 + g] = uint8_t(signs);
+      p[66 + g / 4] |= uint8_t((index >> 8) << (2 * (g % 4)));
+      if (g % 2 == 0) p[74 + g / 4] |= uint8_t(s << (4 * ((g / 2) % 2)));
+      for (int j = 0; j < 8; ++j) {
+        const float sign = (signs >> j) & 1 ? -1.0f : 1.0f;
+        want[size_t(8 * g + j)] =
+            super_d(blk) * (0.5f + float(s)) / 4 * float(iq::kIq2sGrid[index][j]) * sign;
+      }
+    }
+  });
+}
+
+TEST(Dequant, IQ3_XXS) {
+  // d | qs[64] | u32 scales_signs[8]: sub-block ib (values 32ib..32ib+31) takes 8 grid indices (4
+  // values each) from qs[8ib..]; scales_signs[ib] holds the sign index of group g (8 values) in bits
+  // 7g.. and the scale s in bits 28..31; x = d·(0.5 + s)/2·grid·sign.
+  check_super_blocks(GgmlType::IQ3_XXS, [](int blk, uint8_t* p, float* want) {
+    for (int ib = 0; ib < 8; ++ib) {
+      const int s = (11 * ib + 4 * blk) % 16;
+      uint32_t aux = uint32_t(s) << 28;
+      for (int g = 0; g < 4; ++g) aux |= uint32_t((19 * ib + 53 * g + 3 * blk) % 128) << (7 * g);
+      put_u32(p + 66 + 4 * ib, aux);
+      for (int k = 0; k < 8; ++k) {
+        const int index = (83 * ib + 31 * k + 128 * blk) % 256;
+        p[2 + 8 * ib + k] = uint8_t(index);
+        const int si = int(aux >> (7 * (k / 2))) & 127;
+        for (int j = 0; j < 4; ++j) {
+          want[size_t(32 * ib + 4 * k + j)] = super_d(blk) * (0.5f + float(s)) / 2 *
+                                                          float(iq::kIq3xxsGrid[index][j]) *
+                                                          index_sign(si, 4 * (k % 2) + j);
+        }
+      }
+    }
+  });
+
+  // Hand-worked, d = 1, s = 1 (1.5/2 = 0.75): qs[1] = 1 (grid {20, 4, 4, 4}, values 4..7) and sign
+  // index 64 for group 0 (value 6 negative; one bit set, so value 7 negative): value 4 = 0.75·20 =
+  // 15, value 6 = -3, value 7 = -3, value 0 = 0.75·4 = 3 (grid entry 0 is all 4).
+  std::vector<uint8_t> h(98, 0);
+  put_half(h, 0, kHalf1);
+  h[3] = 1;
+  put_u32(h.data() + 66, 64u | 1u << 28);
+  const auto y = dequant(GgmlType::IQ3_XXS, h, 256);
+  EXPECT_EQ(iq::kIq3xxsGrid[1][0], 20);
+  EXPECT_EQ(y[4], 15.0f);
+  EXPECT_EQ(y[6], -3.0f);
+  EXPECT_EQ(y[7], -3.0f);
+  EXPECT_EQ(y[0], 3.0f);
+}
+
+TEST(Dequant, IQ3_S) {
+  // d | qs[64] | qh[8] | signs[32] | scales[4]: values 4k..4k+3 are grid entry qs[k] | (bit k % 8
+  // of qh[k / 8]) << 8; value v is negative when bit v % 8 of signs[v / 8] is set; sub-block ib (32
+  // values) has the scale s in nibble ib % 2 of scales[ib / 2]; x = d·(1 + 2s)·grid·sign.
+  check_super_blocks(GgmlType::IQ3_S, [](int blk, uint8_t* p, float* want) {
+    for (int ib = 0; ib < 8; ++ib) p[106 + ib / 2] |= uint8_t(((3 * ib + 5 * blk) % 16) << (4 * (ib % 2)));
+    for (int v = 0; v < 32; ++v) p[74 + v] = uint8_t((59 * v + 7 * blk) % 256);
+    for (int k = 0; k < 64; ++k) {
+      const int index = (157 * k + 256 * blk + 1) % 512;
+      p[2 + k] = uint8_t(index & 0xff);
+      p[66 + k / 8] |= uint8_t((index >> 8) << (k % 8));
+      const int ib = k / 8, s = (3 * ib + 5 * blk) % 16;
+      for (int j = 0; j < 4; ++j) {
+        const int v = 4 * k + j;
+        const float sign = (p[74 + v / 8] >> (v % 8)) & 1 ? -1.0f : 1.0f;
+        want[size_t(v)] = super_d(blk) * float(1 + 2 * s) * float(iq::kIq3sGrid[index][j]) * sign;
+      }
+    }
+  });
+}
+
+TEST(Dequant, IQ1_S) {
+  // d | qs[32] | u16 qh[8]: sub-block ib's qh has the high index bits of group g in bits 3g..3g+2,
+  // the scale s in bits 12..14 and the shift's sign in bit 15; group g is grid entry qs[4ib + g] |
+  // high << 8; x = d·(2s + 1)·(grid ± 0.125) with grid values -1, 0, 1.
+  check_super_blocks(GgmlType::IQ1_S, [](int blk, uint8_t* p, float* want) {
+    for (int ib = 0; ib < 8; ++ib) {
+      const int s = (3 * ib + blk) % 8, negative = (ib + blk) % 2;
+      uint32_t qh = uint32_t(s) << 12 | uint32_t(negative) << 15;
+      for (int g = 0; g < 4; ++g) {
+        const int index = (331 * ib + 517 * g + 1024 * blk + 9) % 2048;
+        p[2 + 4 * ib + g] = uint8_t(index & 0xff);
+        qh |= uint32_t(index >> 8) << (3 * g);
+        for (int j = 0; j < 8; ++j) {
+          const float delta = negative ? -0.125f : 0.125f;
+          want[size_t(32 * ib + 8 * g + j)] =
+              super_d(blk) * float(2 * s + 1) * (float(iq::kIq1sGrid[index][j]) + delta);
+        }
+      }
+      put_u16(p + 34 + 2 * ib, qh);
+    }
+  });
+
+  // Hand-worked, d = 1: sub-block 0 with qh = 0x8000 | 2 << 12 (s = 2: 5, shift -0.125) and grid
+  // entry 1 in group 0 ({1, -1, -1, ...}): value 0 = 5·0.875 = 4.375, value 1 = 5·(-1.125) = -5.625.
+  std::vector<uint8_t> h(50, 0);
+  put_half(h, 0, kHalf1);
+  h[2] = 1;
+  put_u16(h.data() + 34, 0xa000);
+  const auto y = dequant(GgmlType::IQ1_S, h, 256);
+  EXPECT_EQ(iq::kIq1sGrid[1][0], 1);
+  EXPECT_EQ(iq::kIq1sGrid[1][1], -1);
+  EXPECT_EQ(y[0], 4.375f);
+  EXPECT_EQ(y[1], -5.625f);
+}
+
+TEST(Dequant, IQ1_M) {
+  // qs[32] | qh[16] | u16 scales[4]: group e (8 values) takes nibble e % 2 of qh[e / 2]: its low
+  // three bits are the grid index's high bits (entry qs[e] | bits << 8), bit 3 the shift's sign;
+  // scale t (3 bits, one per 16 values) is bits 3(t%4).. of scales[t / 4]; the fp16 d is the top
+  // nibbles of scales[0..3], lowest first; x = d·(2s + 1)·(grid ± 0.125).
+  check_super_blocks(GgmlType::IQ1_M, [](int blk, uint8_t* p, float* want) {
+    const half_t dh = super_d_half(blk);
+    uint32_t sc[4];
+    for (int i = 0; i < 4; ++i) sc[i] = uint32_t((dh >> (4 * i)) & 15) << 12;
+    for (int t = 0; t < 16; ++t) sc[t / 4] |= uint32_t((5 * t + 3 * blk) % 8) << (3 * (t % 4));
+    for (int i = 0; i < 4; ++i) put_u16(p + 48 + 2 * i, sc[i]);
+    for (int e = 0; e < 32; ++e) {
+      const int index = (613 * e + 1024 * blk + 77) % 2048, negative = (e / 3 + blk) % 2;
+      const int t = e / 2, s = (5 * t + 3 * blk) % 8;
+      p[e] = uint8_t(index & 0xff);
+      p[32 + e / 2] |= uint8_t(((index >> 8) | negative << 3) << (4 * (e % 2)));
+      for (int j = 0; j < 8; ++j) {
+        const float delta = negative ? -0.125f : 0.125f;
+        want[size_t(8 * e + j)] =
+            super_d(blk) * float(2 * s + 1) * (float(iq::kIq1sGrid[index][j]) + delta);
+      }
+    }
+  });
+
+  // Hand-worked: d = 2 (fp16 0x4000: top nibble 4 in scales[3], the others 0), scale 0 = 1 (3), group 0
+  // grid entry 0 (all -1), shift +0.125: value 0 = 2·3·(-0.875) = -5.25.
+  std::vector<uint8_t> h(56, 0);
+  put_u16(h.data() + 48, 0x0001);
+  put_u16(h.data() + 54, 0x4000);
+  const auto y = dequant(GgmlType::IQ1_M, h, 256);
+  EXPECT_EQ(y[0], -5.25f);
+}
+
 TEST(Dequant, RejectsUnsupportedTypesAndPartialBlocks) {
   std::vector<uint8_t> b(1024, 0);
   std::vector<float> y(256);
   EXPECT_THROW(dequantize_row(GgmlType::Q8_K, b.data(), y.data(), 256), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::Q8_1, b.data(), y.data(), 32), GgufError);
-  EXPECT_THROW(dequantize_row(static_cast<GgmlType>(16), b.data(), y.data(), 256), GgufError);
+  EXPECT_THROW(dequantize_row(static_cast<GgmlType>(34), b.data(), y.data(), 256), GgufError);  // TQ1_0
   EXPECT_THROW(dequantize_row(GgmlType::Q4_0, b.data(), y.data(), 33), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::Q6_K, b.data(), y.data(), 128), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::IQ4_XS, b.data(), y.data(), 32), GgufError);
@@ -501,6 +760,13 @@ TEST(Dequant, RejectsUnsupportedTypesAndPartialBlocks) {
                      GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K, GgmlType::Q4_K,
                      GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     EXPECT_TRUE(can_dequantize(t)) << ggml_type_name(t);
+  }
+  // The i-quants: 256-value super-blocks, so half a block is rejected.
+  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
+                     GgmlType::IQ1_S, GgmlType::IQ1_M}) {
+    EXPECT_TRUE(can_dequantize(t)) << ggml_type_name(t);
+    EXPECT_THROW(dequantize_row(t, b.data(), y.data(), 128), GgufError) << ggml_type_name(t);
+    EXPECT_THROW(dequantize_row(t, b.data(), y.data(), 257), GgufError) << ggml_type_name(t);
   }
 }
 

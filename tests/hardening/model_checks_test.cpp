@@ -298,6 +298,37 @@ TEST(ModelChecks, Iq4MatricesLoadAndRun) {
   expect_success(r[1]);
 }
 
+// The same for the i-quants (256-value super-blocks, so only ffn_down's rows of n_ff = 256 values
+// fit): four files, each with the ffn_down of both layers retyped, every type once. All-zero blocks
+// are valid in each (d = 0: every value 0).
+TEST(ModelChecks, IquantMatricesLoadAndRun) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const GgmlType pairs[4][2] = {{GgmlType::IQ2_XXS, GgmlType::IQ2_XS},
+                                {GgmlType::IQ2_S, GgmlType::IQ3_XXS},
+                                {GgmlType::IQ3_S, GgmlType::IQ1_S},
+                                {GgmlType::IQ1_M, GgmlType::IQ2_XXS}};
+  std::vector<std::vector<std::string>> commands;
+  for (int i = 0; i < 4; ++i) {
+    const std::string path = dir.file("iq" + std::to_string(i) + ".gguf");
+    ModelEdit e;
+    e.retype["blk.0.ffn_down.weight"] = pairs[i][0];
+    e.retype["blk.1.ffn_down.weight"] = pairs[i][1];
+    write_edited(*base, path, e);
+    commands.push_back(inspect_command(path));
+    commands.push_back(generate_command(path));
+  }
+  const std::vector<RunResult> r = run_all(commands);
+  for (int i = 0; i < 4; ++i) {
+    const RunResult& inspect = r[size_t(2 * i)];
+    expect_success(inspect);
+    for (int layer = 0; layer < 2; ++layer) {
+      EXPECT_NE(inspect.out.find(ggml_type_name(pairs[i][layer])), std::string::npos) << inspect.describe();
+    }
+    expect_success(r[size_t(2 * i + 1)]);
+  }
+}
+
 TEST(ModelChecks, EveryViolationIsRejectedInProcessBeforeAllocating) {
   auto base = GgufFile::open(base_model_path());
   ScratchDir dir;
