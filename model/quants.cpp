@@ -27,8 +27,6 @@
 //   The super-block layouts are spelled out next to each dequantiser.
 #include "model/quants.h"
 
-#include "model/iq_grids.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -36,6 +34,8 @@
 #include <exception>
 #include <string>
 #include <thread>
+
+#include "model/iq_grids.h"
 
 namespace tllm {
 

@@ -10,7 +10,6 @@
 // Special tokens are cut out of the text beforehand (Tokenizer::encode); each run of text between
 // them gets its own dummy prefix, as llama.cpp does and as Hugging Face's legacy Llama tokenizer does.
 #include <algorithm>
-#include <cstdio>
 
 #include "model/tokenizer.h"
 #include "model/unicode.h"
