@@ -1,11 +1,11 @@
 // Chat format detection and rendering.
 #include "model/chat_template.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <ctime>
 
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace tllm {
 namespace {
@@ -125,11 +125,19 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-void require_text(const std::string& text, ChatTemplate kind, const char* token) {
-  if (text.empty()) {
-    throw ChatTemplateError(std::string("the ") + chat_template_name(kind) + " chat format writes the " + token +
-                            " token as text, and its text is unknown");
-  }
+// The formats that write the BOS / EOS token as text: Llama 2 and Mistral both, Zephyr the EOS.
+bool writes_bos(ChatTemplate kind) { return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral; }
+bool writes_eos(ChatTemplate kind) { return writes_bos(kind) || kind == ChatTemplate::Zephyr; }
+
+void check_token_texts(const ChatFormat& fmt) {
+  auto require = [&](bool writes, const std::string& text, const char* token) {
+    if (writes && text.empty()) {
+      throw ChatTemplateError(std::string("the ") + chat_template_name(fmt.kind) + " chat format writes the " +
+                              token + " token as text, and the tokenizer has no " + token + " token");
+    }
+  };
+  require(writes_bos(fmt.kind), fmt.bos_text, "BOS");
+  require(writes_eos(fmt.kind), fmt.eos_text, "EOS");
 }
 
 // Llama 2 and Mistral: after the optional system message (first), user and assistant messages in
@@ -210,32 +218,13 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
   return fmt;
 }
 
-ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_name) {
+ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std::string& override_name) {
   try {
     const std::string tmpl = f.get_string("tokenizer.chat_template", "");
-    bool has_im_start = false;
-    if (tmpl.empty() && f.find("tokenizer.ggml.tokens")) {
-      const std::vector<std::string>& tokens = f.get_string_array("tokenizer.ggml.tokens");
-      has_im_start = std::find(tokens.begin(), tokens.end(), "<|im_start|>") != tokens.end();
-    }
-    ChatFormat fmt = detect_chat_format(tmpl, has_im_start, override_name);
-    // Llama 2 and Mistral write the BOS and EOS texts, Zephyr the EOS text.
-    const bool needs_bos = fmt.kind == ChatTemplate::Llama2 || fmt.kind == ChatTemplate::Mistral;
-    const bool needs_eos = needs_bos || fmt.kind == ChatTemplate::Zephyr;
-    if (!needs_eos) return fmt;
-    const std::vector<std::string> none;
-    const std::vector<std::string>& tokens =
-        f.find("tokenizer.ggml.tokens") ? f.get_string_array("tokenizer.ggml.tokens") : none;
-    auto text_of = [&](const char* token, const char* key) {
-      const int64_t id = f.get_int(key, -1);
-      if (id < 0 || id >= int64_t(tokens.size())) {
-        throw ChatTemplateError(std::string("the ") + chat_template_name(fmt.kind) + " chat format writes the " +
-                                token + " token as text, but " + key + " is missing or outside tokenizer.ggml.tokens");
-      }
-      return tokens[size_t(id)];
-    };
-    if (needs_bos) fmt.bos_text = text_of("BOS", "tokenizer.ggml.bos_token_id");
-    fmt.eos_text = text_of("EOS", "tokenizer.ggml.eos_token_id");
+    ChatFormat fmt = detect_chat_format(tmpl, tok.find_token("<|im_start|>") >= 0, override_name);
+    if (tok.bos_id() >= 0) fmt.bos_text = tok.token_text(tok.bos_id());
+    if (tok.eos_id() >= 0) fmt.eos_text = tok.token_text(tok.eos_id());
+    check_token_texts(fmt);
     return fmt;
   } catch (const ChatTemplateError& e) {
     throw ChatTemplateError(f.path() + ": " + e.what());
@@ -246,6 +235,7 @@ ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_nam
 
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt) {
+  check_token_texts(fmt);
   const bool add_system = !fmt.default_system.empty() && (msgs.empty() || msgs[0].role != "system");
   const bool has_system = !msgs.empty() && msgs[0].role == "system";
   std::string out;
@@ -280,8 +270,6 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
     case ChatTemplate::Llama2: {
       // Each user message is "<s>[INST] text [/INST]" and each reply " text </s>", both stripped;
       // the system block opens the first user message and is stripped with it.
-      require_text(fmt.bos_text, fmt.kind, "BOS");
-      require_text(fmt.eos_text, fmt.kind, "EOS");
       const size_t first = has_system ? 1 : 0;
       check_alternation(fmt.kind, msgs, first);
       for (size_t i = first; i < msgs.size(); ++i) {
@@ -296,8 +284,6 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       break;
     }
     case ChatTemplate::Mistral: {
-      require_text(fmt.bos_text, fmt.kind, "BOS");
-      require_text(fmt.eos_text, fmt.kind, "EOS");
       const bool spaced = fmt.mistral == MistralStyle::Spaced;
       if (has_system && !spaced) {
         throw ChatTemplateError(
@@ -319,7 +305,6 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       break;
     }
     case ChatTemplate::Zephyr: {
-      require_text(fmt.eos_text, fmt.kind, "EOS");
       for (const ChatMessage& m : msgs) {
         if (m.role != "system" && m.role != "user" && m.role != "assistant") {
           throw ChatTemplateError("the zephyr chat format takes system, user and assistant messages, not '" +

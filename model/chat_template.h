@@ -12,6 +12,7 @@
 namespace tllm {
 
 class GgufFile;
+class Tokenizer;
 
 class ChatTemplateError : public std::runtime_error {
  public:
@@ -74,10 +75,12 @@ const char* chat_template_names();
 // Throws ChatTemplateError ("unknown chat template; pass --chat-template chatml|llama3|...").
 ChatFormat detect_chat_format(const std::string& template_text, bool has_im_start,
                               const std::string& override_name);
-// Same, reading tokenizer.chat_template and the token list from a GGUF file. For the formats that
-// write BOS or EOS text, bos_text / eos_text are the entries of tokenizer.ggml.tokens at
-// tokenizer.ggml.bos_token_id / eos_token_id, and a missing id is an error. Errors name the file.
-ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_name);
+// Same, for a model file and the tokenizer loaded from it: the template is its
+// tokenizer.chat_template, has_im_start whether tok has <|im_start|>, and bos_text / eos_text are
+// the texts of tok's BOS and EOS tokens (Tokenizer::token_text), so that the prompt holds exactly
+// the tokens the tokenizer knows as BOS and EOS (for SentencePiece, <s> and </s> where the file
+// names no ids). A format that writes a token tok lacks is an error. Errors name the file.
+ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std::string& override_name);
 
 // The prompt text for msgs, as the model's template renders it:
 //   ChatML   "<|im_start|>role\ncontent<|im_end|>\n" per message;
@@ -100,5 +103,4 @@ ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_nam
 // or EOS text and fmt holds none.
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt);
-
 }  // namespace tllm

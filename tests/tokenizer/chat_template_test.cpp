@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/chat_template.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace tllm {
 namespace {
@@ -387,92 +389,111 @@ TEST(ChatTemplate, RenderErrors) {
   }
 }
 
+// A GGUF file holding a chat template (none when empty) and a SentencePiece vocabulary: `tokens`
+// and `types` as tokenizer.ggml.tokens / token_type. A negative bos / eos leaves that id out.
+std::string write_vocab_file(const std::string& name, const std::string& tmpl, const std::vector<std::string>& tokens,
+                             const std::vector<int32_t>& types, int64_t bos, int64_t eos) {
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_f32_array("tokenizer.ggml.scores", std::vector<float>(tokens.size(), 0.0f));
+  if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+  if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
+  const std::string path = ::testing::TempDir() + "chat_template_test_" + name + ".gguf";
+  w.write(path, [](size_t, uint8_t*, size_t) {});
+  return path;
+}
+
+// The format detected for the file at `path` with the tokenizer loaded from it.
+ChatFormat detect_file(const std::string& path, const std::string& override_name = "") {
+  const std::unique_ptr<GgufFile> f = GgufFile::open(path);
+  return detect_chat_format(*f, *Tokenizer::from_gguf(*f), override_name);
+}
+
 TEST(ChatTemplate, FromGguf) {
-  const std::string dir = ::testing::TempDir();
   auto write = [&](const std::string& name, const std::string& tmpl, bool im_start) {
-    GgufWriter w;
-    w.set_string("general.architecture", "qwen2");
-    if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
-    std::vector<std::string> tokens = {"a", "b"};
-    if (im_start) tokens.push_back("<|im_start|>");
-    w.set_string_array("tokenizer.ggml.tokens", tokens);
-    const std::string path = dir + "chat_template_test_" + name + ".gguf";
-    w.write(path, [](size_t, uint8_t*, size_t) {});
-    return path;
+    std::vector<std::string> tokens = {"<unk>", "a"};
+    std::vector<int32_t> types = {2, 1};
+    if (im_start) {
+      tokens.push_back("<|im_start|>");
+      types.push_back(3);
+    }
+    return write_vocab_file(name, tmpl, tokens, types, -1, -1);
   };
   const std::string qwen = write("qwen", kQwen25Template, true);
-  const ChatFormat f = detect_chat_format(*GgufFile::open(qwen), "");
+  const ChatFormat f = detect_file(qwen);
   EXPECT_EQ(f.kind, ChatTemplate::ChatML);
   EXPECT_EQ(f.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
 
   const std::string bare_chatml = write("bare_chatml", "", true);
-  EXPECT_EQ(detect_chat_format(*GgufFile::open(bare_chatml), "").kind, ChatTemplate::ChatML);
+  EXPECT_EQ(detect_file(bare_chatml).kind, ChatTemplate::ChatML);
 
   const std::string bare = write("bare", "", false);
-  const std::string msg = error_of([&] { detect_chat_format(*GgufFile::open(bare), ""); });
+  const std::string msg = error_of([&] { detect_file(bare); });
   EXPECT_EQ(msg.find(bare), 0u) << msg;
   EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
 
   const std::string gemma = write("gemma", kGemmaTemplate, false);
-  const std::string unknown = error_of([&] { detect_chat_format(*GgufFile::open(gemma), ""); });
+  const std::string unknown = error_of([&] { detect_file(gemma); });
   EXPECT_EQ(unknown.find(gemma), 0u) << unknown;
   EXPECT_NE(unknown.find("unknown chat template"), std::string::npos) << unknown;
 
   for (const std::string& p : {qwen, bare_chatml, bare, gemma}) std::remove(p.c_str());
 }
 
+// The BOS and EOS texts are those of the tokenizer loaded from the file.
 TEST(ChatTemplate, FromGgufTokenTexts) {
-  const std::string dir = ::testing::TempDir();
-  // A SentencePiece-style vocabulary: <unk> 0, <s> 1, </s> 2.
+  // A SentencePiece vocabulary: <unk> 0, <s> 1, </s> 2 (control), a 3, and a control token <eos2>.
+  const std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "a", "<eos2>"};
+  const std::vector<int32_t> types = {2, 3, 3, 1, 3};
   auto write = [&](const std::string& name, const std::string& tmpl, int64_t bos, int64_t eos) {
-    GgufWriter w;
-    w.set_string("general.architecture", "llama");
-    w.set_string("tokenizer.chat_template", tmpl);
-    w.set_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
-    if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
-    if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
-    const std::string path = dir + "chat_template_test_" + name + ".gguf";
-    w.write(path, [](size_t, uint8_t*, size_t) {});
-    return path;
+    return write_vocab_file(name, tmpl, pieces, types, bos, eos);
   };
   const std::string llama2 = write("llama2", kLlama2Template, 1, 2);
-  const ChatFormat f = detect_chat_format(*GgufFile::open(llama2), "");
+  const ChatFormat f = detect_file(llama2);
   EXPECT_EQ(f.kind, ChatTemplate::Llama2);
   EXPECT_EQ(f.bos_text, "<s>");
   EXPECT_EQ(f.eos_text, "</s>");
   EXPECT_EQ(render_chat(f, {{"user", "你好"}, {"assistant", "Hi"}}, true), "<s>[INST] 你好 [/INST] Hi </s>");
 
-  const std::string mistral = write("mistral", kMistralV01Template, 1, 2);
-  const ChatFormat m = detect_chat_format(*GgufFile::open(mistral), "");
+  // Without the id keys the SentencePiece tokenizer takes <s> and </s>, and so does the format.
+  const std::string no_ids = write("no_ids", kLlama2Template, -1, -1);
+  const ChatFormat n = detect_file(no_ids);
+  EXPECT_EQ(n.bos_text, "<s>");
+  EXPECT_EQ(n.eos_text, "</s>");
+  EXPECT_EQ(render_chat(n, {{"user", "你好"}, {"assistant", "Hi"}}, true), "<s>[INST] 你好 [/INST] Hi </s>");
+
+  // Another EOS id gives that token's text.
+  const std::string other_eos = write("other_eos", kMistralV01Template, 1, 4);
+  const ChatFormat m = detect_file(other_eos);
   EXPECT_EQ(m.kind, ChatTemplate::Mistral);
   EXPECT_EQ(m.mistral, MistralStyle::SpaceAfterEos);
-  EXPECT_EQ(render_chat(m, {{"user", "你好"}}, true), "<s>[INST] 你好 [/INST]");
+  EXPECT_EQ(render_chat(m, {{"user", "你好"}, {"assistant", "Hi"}}, false), "<s>[INST] 你好 [/INST]Hi<eos2> ");
 
-  // Zephyr needs only the EOS text.
+  // Zephyr writes only the EOS text; Llama 3 none.
   const std::string zephyr = write("zephyr", kZephyrTemplate, -1, 2);
-  const ChatFormat z = detect_chat_format(*GgufFile::open(zephyr), "");
+  const ChatFormat z = detect_file(zephyr);
   EXPECT_EQ(z.kind, ChatTemplate::Zephyr);
-  EXPECT_EQ(z.bos_text, "");
   EXPECT_EQ(render_chat(z, {{"user", "你好"}}, true), "<|user|>\n你好</s>\n<|assistant|>\n");
-
   const std::string llama31 = write("llama31", kLlama31Template, -1, -1);
-  const ChatFormat l = detect_chat_format(*GgufFile::open(llama31), "");
+  const ChatFormat l = detect_file(llama31);
   EXPECT_EQ(l.kind, ChatTemplate::Llama3);
   EXPECT_EQ(l.today_date, "26 Jul 2024");
 
-  // A missing or out-of-range id is an error that names the file and the key.
-  const std::string no_eos = write("no_eos", kLlama2Template, 1, -1);
-  std::string msg = error_of([&] { detect_chat_format(*GgufFile::open(no_eos), ""); });
-  EXPECT_EQ(msg.find(no_eos), 0u) << msg;
-  EXPECT_NE(msg.find("tokenizer.ggml.eos_token_id"), std::string::npos) << msg;
-  const std::string bad_bos = write("bad_bos", kMistralTemplate, 4, 2);
-  msg = error_of([&] { detect_chat_format(*GgufFile::open(bad_bos), ""); });
-  EXPECT_NE(msg.find("tokenizer.ggml.bos_token_id is missing or outside tokenizer.ggml.tokens"), std::string::npos)
+  // A vocabulary without <s> and </s> has no BOS or EOS: the formats that write them cannot render,
+  // and the error names the file; one that writes neither is fine.
+  const std::string bpe = write_vocab_file("no_bos", kLlama2Template, {"<unk>", "a"}, {2, 1}, -1, -1);
+  const std::string msg = error_of([&] { detect_file(bpe); });
+  EXPECT_EQ(msg.find(bpe + ": "), 0u) << msg;
+  EXPECT_NE(msg.find("the llama2 chat format writes the BOS token as text, and the tokenizer has no BOS token"),
+            std::string::npos)
       << msg;
-  // The same file with a format that writes no token text is fine.
-  EXPECT_EQ(detect_chat_format(*GgufFile::open(bad_bos), "chatml").kind, ChatTemplate::ChatML);
+  EXPECT_EQ(detect_file(bpe, "chatml").kind, ChatTemplate::ChatML);
 
-  for (const std::string& p : {llama2, mistral, zephyr, llama31, no_eos, bad_bos}) std::remove(p.c_str());
+  for (const std::string& p : {llama2, no_ids, other_eos, zephyr, llama31, bpe}) std::remove(p.c_str());
 }
 
 }  // namespace
