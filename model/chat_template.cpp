@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <ctime>
+#include <optional>
 
 #include "model/gguf.h"
 #include "model/tokenizer.h"
@@ -87,10 +88,24 @@ void llama31_dates(const std::string& tmpl, ChatFormat& fmt) {
       "the Llama 3 chat template writes 'Cutting Knowledge Date' but sets no default date_string");
 }
 
-MistralStyle mistral_style(const std::string& tmpl) {
-  if (has(tmpl, "' [INST]") || has(tmpl, "\" [INST]")) return MistralStyle::Spaced;
-  if (has(tmpl, "eos_token + ' '") || has(tmpl, "eos_token + \" \"")) return MistralStyle::SpaceAfterEos;
-  return MistralStyle::Plain;
+// The Mistral revision a template with "[INST]" writes; nullopt for one it does not render.
+std::optional<MistralStyle> mistral_style(const std::string& tmpl) {
+  if (has(tmpl, " [/INST]")) {
+    if (has(tmpl, "' [INST]") || has(tmpl, "\" [INST]")) return MistralStyle::Spaced;
+    if (has(tmpl, "eos_token + ' '") || has(tmpl, "eos_token + \" \"")) return MistralStyle::SpaceAfterEos;
+    return MistralStyle::Plain;
+  }
+  // v0.3 and Nemo, recognised by the expressions that render a conversation without tools.
+  if (!has(tmpl, "loop.last and system_message is defined") || has(tmpl, "[SYSTEM_PROMPT]")) return std::nullopt;
+  if (has(tmpl, R"("[INST] " + message["content"] + "[/INST]")") &&
+      has(tmpl, R"(" " + message["content"]|trim + eos_token)")) {
+    return MistralStyle::V3;
+  }
+  if (has(tmpl, R"("[INST]" + message["content"] + "[/INST]")") &&
+      has(tmpl, R"({{- message["content"] + eos_token)")) {
+    return MistralStyle::Tekken;
+  }
+  return std::nullopt;
 }
 
 // Length of the UTF-8 sequence at s[i] when it encodes a character that Python's str.isspace()
@@ -184,13 +199,14 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
   const std::string& t = template_text;
   ChatTemplate found = ChatTemplate::None;
   bool known = true;
+  std::optional<MistralStyle> mistral;
   if (has(t, "<|im_start|>")) {
     found = ChatTemplate::ChatML;
   } else if (has(t, "<|start_header_id|>")) {
     found = ChatTemplate::Llama3;
   } else if (has(t, "[INST]") && has(t, "<<SYS>>")) {
     found = ChatTemplate::Llama2;
-  } else if (has(t, "[INST]") && has(t, " [/INST]")) {
+  } else if (has(t, "[INST]") && (mistral = mistral_style(t))) {
     found = ChatTemplate::Mistral;
   } else if (has(t, "<|user|>") && !has(t, "<|end|>")) {
     found = ChatTemplate::Zephyr;
@@ -213,7 +229,7 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
   if (known && fmt.kind == found) {
     if (found == ChatTemplate::ChatML) fmt.default_system = chatml_default_system(t);
     if (found == ChatTemplate::Llama3) llama31_dates(t, fmt);
-    if (found == ChatTemplate::Mistral) fmt.mistral = mistral_style(t);
+    if (found == ChatTemplate::Mistral) fmt.mistral = *mistral;
   }
   return fmt;
 }
@@ -284,8 +300,10 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       break;
     }
     case ChatTemplate::Mistral: {
-      const bool spaced = fmt.mistral == MistralStyle::Spaced;
-      if (has_system && !spaced) {
+      const MistralStyle style = fmt.mistral;
+      const bool spaced = style == MistralStyle::Spaced;
+      const bool v3 = style == MistralStyle::V3, tekken = style == MistralStyle::Tekken;
+      if (has_system && !spaced && !v3 && !tekken) {
         throw ChatTemplateError(
             "the mistral chat format (Mistral Instruct v0.1, v0.2, Mixtral as released) has no system message");
       }
@@ -295,11 +313,19 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       for (size_t i = first; i < msgs.size(); ++i) {
         const std::string& content = msgs[i].content;
         if (msgs[i].role == "user") {
-          const std::string system = i == 1 && has_system ? msgs[0].content + "\n\n" : "";
-          out += (spaced ? " [INST] " : "[INST] ") + system + content + " [/INST]";
+          // The system text opens the first user message (Spaced) or the last message (v3, Tekken).
+          const size_t with_system = v3 || tekken ? msgs.size() - 1 : 1;
+          const std::string system = has_system && i == with_system ? msgs[0].content + "\n\n" : "";
+          if (v3 || tekken) {
+            out += (v3 ? "[INST] " : "[INST]") + system + content + "[/INST]";
+          } else {
+            out += (spaced ? " [INST] " : "[INST] ") + system + content + " [/INST]";
+          }
+        } else if (v3) {
+          out += " " + trim(content) + fmt.eos_text;
         } else {
           out += (spaced ? " " : "") + content + fmt.eos_text;
-          if (fmt.mistral == MistralStyle::SpaceAfterEos) out += " ";
+          if (style == MistralStyle::SpaceAfterEos) out += " ";
         }
       }
       break;

@@ -2,7 +2,8 @@
 // prompt text the model was trained on, as Hugging Face apply_chat_template renders it with the
 // model's own template. Only the formats of known model families are rendered (no Jinja
 // interpreter): ChatML (Qwen2, Qwen2.5, SmolLM2), Llama 3 (3.0, and 3.1/3.2/3.3 with their dated
-// system turn), Llama 2 chat, Mistral Instruct (v0.1, v0.2, Mixtral) and Zephyr (TinyLlama chat).
+// system turn), Llama 2 chat, Mistral Instruct (v0.1, v0.2, Mixtral, v0.3, Nemo) and Zephyr
+// (TinyLlama chat).
 #pragma once
 
 #include <stdexcept>
@@ -27,6 +28,11 @@ enum class MistralStyle {
   SpaceAfterEos,  // v0.1 as released: the same with a space after each "</s>"
   Spaced,         // the later revision: " [INST] u [/INST] a</s>", system text opening the
                   // first user message
+  // The templates of Mistral v0.3 (v3 tokenizer) and Mistral Nemo (Tekken tokenizer), which put
+  // the system text and "\n\n" before the last message when that is a user message (a
+  // conversation that ends with a reply loses it):
+  V3,      // "[INST] u[/INST] a</s>", each reply stripped
+  Tekken,  // "[INST]u[/INST]a</s>"
 };
 
 struct ChatMessage {
@@ -65,8 +71,10 @@ const char* chat_template_names();
 //            default date_string are read from the template's literals, or today's date
 //            ("%d %b %Y") where the template calls strftime_now, as Hugging Face provides it;
 //   Llama2   "[INST]" and "<<SYS>>";
-//   Mistral  "[INST]" and " [/INST]" without "<<SYS>>" (the later templates of Mistral v0.3 and
-//            Mistral Nemo write "[/INST]" without the space and are not recognised);
+//   Mistral  "[INST]" and " [/INST]" without "<<SYS>>"; or the Mistral v0.3 / Nemo templates:
+//            "[INST] " / "[INST]" + content + "[/INST]", the system message before the last
+//            message ("loop.last and system_message"), no "[SYSTEM_PROMPT]", and the replies as
+//            those templates write them (other variants of the family are not recognised);
 //   Zephyr   "<|user|>" without "<|end|>" (Phi-3 writes <|end|> and is not recognised).
 // With an empty template, ChatML when the vocabulary has <|im_start|>. A non-empty override_name
 // chooses the format instead; what the template says of that format (default system prompt,
@@ -96,8 +104,8 @@ ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std
 //   None     the contents concatenated.
 // The default system prompt opens the conversation when its first message is not a system
 // message. add_generation_prompt appends the header of an assistant turn. Llama2 and Mistral
-// take user and assistant messages in turn after an optional system message (Mistral's released
-// templates take none), and Zephyr takes the roles system, user and assistant; anything else
+// take user and assistant messages in turn after an optional system message (the v0.1 and v0.2
+// templates as released take none), and Zephyr takes the roles system, user and assistant; anything else
 // throws ChatTemplateError, as the templates raise (Llama 2's and Zephyr's templates would drop a
 // message of another role without a word). Throws ChatTemplateError when the format writes BOS
 // or EOS text and fmt holds none.

@@ -73,10 +73,33 @@ const std::string kMistralRevisedTemplate =
     "        {%- else %}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n"
     "    {%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n"
     "    {%- endif %}\n{%- endfor %}";
-// Mistral v0.3 writes "[/INST]" without a space before it, which the mistral format does not render.
+// Mistral v0.3 and Nemo write "[/INST]" right after the content and put the system message
+// before the last message; v0.3 strips each reply and writes a space before it.
 const std::string kMistralV3Template =
-    "{{- bos_token }}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}"
-    "{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- endfor %}";
+    "{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = messages[0][\"content\"] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n"
+    "{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- else %}\n            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n"
+    "    {%- elif message[\"role\"] == \"assistant\" %}\n        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+    "    {%- endif %}\n{%- endfor %}\n";
+const std::string kMistralNemoTemplate =
+    "{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = messages[0][\"content\"] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n"
+    "{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- \"[INST]\" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- else %}\n            {{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n"
+    "    {%- elif message[\"role\"] == \"assistant\" %}\n        {{- message[\"content\"] + eos_token}}\n"
+    "    {%- endif %}\n{%- endfor %}\n";
+// Mistral Small 3 writes the system message as [SYSTEM_PROMPT], which no format renders.
+const std::string kMistralSmall3Template =
+    "{{- bos_token }}\n\n{%- for message in messages %}\n    {%- if message['role'] == 'user' %}\n"
+    "        {{- '[INST]' + message['content'] + '[/INST]' }}\n    {%- elif message['role'] == 'system' %}\n"
+    "        {{- '[SYSTEM_PROMPT]' + message['content'] + '[/SYSTEM_PROMPT]' }}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n        {{- message['content'] + eos_token }}\n    {%- endif %}\n"
+    "{%- endfor %}";
 // Zephyr and TinyLlama-1.1B-Chat: a newline after each {{ }} stays in the output.
 const std::string kZephyrTemplate =
     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + "
@@ -244,13 +267,20 @@ TEST(ChatTemplate, DetectsLlama2MistralZephyr) {
   EXPECT_EQ(detect_chat_format(kZephyrTemplate, false, "").kind, ChatTemplate::Zephyr);
   // The texts stay for the caller to fill from its tokenizer.
   EXPECT_EQ(detect_chat_format(kLlama2Template, false, "").bos_text, "");
-  for (const std::string* t : {&kMistralV3Template, &kPhi3Template}) {
+  EXPECT_EQ(detect_chat_format(kMistralV3Template, false, "").mistral, MistralStyle::V3);
+  EXPECT_EQ(detect_chat_format(kMistralNemoTemplate, false, "").mistral, MistralStyle::Tekken);
+  // The v0.3 text with another placement of the system message is another format.
+  std::string first_user = kMistralV3Template;
+  first_user.replace(first_user.find("loop.last"), 9, "loop.first");
+  for (const std::string* t :
+       std::vector<const std::string*>{&kMistralSmall3Template, &first_user, &kPhi3Template}) {
     const std::string msg = error_of([&] { detect_chat_format(*t, false, ""); });
     EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
   }
   // An override takes the format's details from the template only when it is of that format.
   EXPECT_EQ(detect_chat_format(kMistralV01Template, false, "mistral").mistral, MistralStyle::SpaceAfterEos);
   EXPECT_EQ(detect_chat_format(kZephyrTemplate, false, "mistral").mistral, MistralStyle::Plain);
+  EXPECT_EQ(detect_chat_format(kMistralNemoTemplate, false, "mistral").mistral, MistralStyle::Tekken);
   EXPECT_EQ(detect_chat_format(kMistralTemplate, false, "llama2").kind, ChatTemplate::Llama2);
 }
 
@@ -320,6 +350,44 @@ TEST(ChatTemplate, RenderMistral) {
   EXPECT_EQ(render_chat(f, {{"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}},
                         true),
             "<s> [INST]  Be brief. \n\nHi [/INST] Hello.</s> [INST]  Bye  [/INST]");
+}
+
+// Mistral v0.3 and Nemo (expected strings from their official templates): the system message
+// goes before the last message, and is lost when the conversation ends with a reply.
+TEST(ChatTemplate, RenderMistralV3AndNemo) {
+  ChatFormat v3 = with_tokens(ChatTemplate::Mistral);
+  v3.mistral = MistralStyle::V3;
+  ChatFormat nemo = v3;
+  nemo.mistral = MistralStyle::Tekken;
+  const std::vector<ChatMessage> turns = {
+      {"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "}, {"user", "Tell me a joke."}};
+  const std::vector<ChatMessage> with_system = {
+      {"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}};
+  const std::vector<ChatMessage> ends_with_reply = {{"system", "S"}, {"user", "Hi"}, {"assistant", " Yo "}};
+
+  EXPECT_EQ(render_chat(v3, {{"user", "你好"}}, true), "<s>[INST] 你好[/INST]");
+  EXPECT_EQ(render_chat(v3, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            "<s>[INST] You are a helpful assistant.\n\n你好[/INST]");
+  EXPECT_EQ(render_chat(v3, turns, true),
+            "<s>[INST]  Hi \n[/INST] Hello! How can I help?</s>[INST] Tell me a joke.[/INST]");
+  EXPECT_EQ(render_chat(v3, with_system, true), "<s>[INST] Hi[/INST] Hello.</s>[INST]  Be brief. \n\n Bye [/INST]");
+  EXPECT_EQ(render_chat(v3, ends_with_reply, true), "<s>[INST] Hi[/INST] Yo</s>");
+  EXPECT_EQ(render_chat(v3, {{"system", "S"}}, true), "<s>");
+
+  EXPECT_EQ(render_chat(nemo, {{"user", "你好"}}, true), "<s>[INST]你好[/INST]");
+  EXPECT_EQ(render_chat(nemo, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            "<s>[INST]You are a helpful assistant.\n\n你好[/INST]");
+  EXPECT_EQ(render_chat(nemo, turns, true),
+            "<s>[INST] Hi \n[/INST]  Hello! How can I help?  </s>[INST]Tell me a joke.[/INST]");
+  EXPECT_EQ(render_chat(nemo, with_system, true), "<s>[INST]Hi[/INST]Hello.</s>[INST] Be brief. \n\n Bye [/INST]");
+  EXPECT_EQ(render_chat(nemo, ends_with_reply, true), "<s>[INST]Hi[/INST] Yo </s>");
+
+  for (const ChatFormat& f : {v3, nemo}) {
+    std::string msg = error_of([&] { render_chat(f, {{"user", "A"}, {"user", "B"}}, true); });
+    EXPECT_NE(msg.find("message 2 is a 'user' message"), std::string::npos) << msg;
+    msg = error_of([&] { render_chat(f, {{"user", "A"}, {"tool", "B"}}, true); });
+    EXPECT_NE(msg.find("message 2 is a 'tool' message"), std::string::npos) << msg;
+  }
 }
 
 TEST(ChatTemplate, RenderZephyr) {
