@@ -184,6 +184,23 @@ TEST(Tokenizer, Qwen2NormalisesToNfc) {
   EXPECT_EQ(gpt2->decode(gpt2->encode("e\xCC\x81")), "e\xCC\x81");
 }
 
+// deepseek-r1-qwen is Qwen2's pre-tokenizer (NFC, the same split) with BOS prepended by default.
+TEST(Tokenizer, DeepSeekR1QwenIsQwen2WithBos) {
+  const auto tok = Vocab().build("deepseek-r1-qwen");
+  EXPECT_EQ(tok->pre_tokenizer(), "deepseek-r1-qwen");
+  for (const SplitCase& c : kSplits) {
+    if (std::string(c.pre) == "qwen2") {
+      EXPECT_EQ(tok->pre_tokenize(c.text), c.pieces) << "'" << c.text << "'";
+    }
+  }
+  EXPECT_EQ(tok->pre_tokenize("x e\xCC\x81x"), std::vector<std::string>({"x", " \xC3\xA9x"}));
+  EXPECT_EQ(tok->decode(tok->encode("e\xCC\x81")), "\xC3\xA9");
+  EXPECT_TRUE(tok->add_bos());
+  SpecialTokenIds ids;
+  ids.add_bos = false;
+  EXPECT_FALSE(Vocab().build("deepseek-r1-qwen", ids)->add_bos());
+}
+
 TEST(Tokenizer, SpecialTokensParsedOrNot) {
   Vocab v;
   const int32_t im_end = v.add_raw("<|im_end|>", TokenType::Control);
