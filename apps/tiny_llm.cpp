@@ -86,8 +86,9 @@ void add_sampling_options(CLI::App* app, RunOptions& o) {
                                "random seed for sampling (default: a random one, which --stats prints)")
                    ->check(seed_validator());
   app->add_option("--chat-template", o.chat_template,
-                  "chat format: chatml, llama3, llama2, mistral, zephyr or none (default: from the model)")
-      ->check(CLI::IsMember({"chatml", "llama3", "llama2", "mistral", "zephyr", "none"}));
+                  "chat format: chatml, llama3, llama2, mistral, zephyr, deepseek-r1 or none (default: from the "
+                  "model)")
+      ->check(CLI::IsMember({"chatml", "llama3", "llama2", "mistral", "zephyr", "deepseek-r1", "none"}));
   app->add_option("--system", o.system, "system prompt (default: the model's own, if its template has one)");
   app->add_flag("--stats", o.stats, "print timing figures on stderr at the end");
 }

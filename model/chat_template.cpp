@@ -11,7 +11,7 @@
 namespace tllm {
 namespace {
 
-constexpr const char* kNames = "chatml|llama3|llama2|mistral|zephyr|none";
+constexpr const char* kNames = "chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none";
 constexpr const char* kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 constexpr const char* kKnowledgeDate = "Cutting Knowledge Date: ";
@@ -140,9 +140,22 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-// The formats that write the BOS / EOS token as text: Llama 2 and Mistral both, Zephyr the EOS.
-bool writes_bos(ChatTemplate kind) { return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral; }
-bool writes_eos(ChatTemplate kind) { return writes_bos(kind) || kind == ChatTemplate::Zephyr; }
+// The formats that write the BOS / EOS token as text: Llama 2 and Mistral both, Zephyr the EOS,
+// DeepSeek-R1 the BOS (its replies end with the literal '<｜end▁of▁sentence｜>').
+bool writes_bos(ChatTemplate kind) {
+  return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral || kind == ChatTemplate::DeepSeekR1;
+}
+bool writes_eos(ChatTemplate kind) {
+  return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral || kind == ChatTemplate::Zephyr;
+}
+
+// The DeepSeek-R1 distills' template: the last system message (ns.system_prompt) and each reply
+// as one expression. Templates that join the system messages or write the replies otherwise (the
+// later ones of DeepSeek-R1 and R1-0528) render otherwise and are not this format.
+bool is_deepseek_r1(const std::string& tmpl) {
+  return has(tmpl, "<｜User｜>") && has(tmpl, "{% set ns.system_prompt = message['content'] %}") &&
+         has(tmpl, "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}");
+}
 
 void check_token_texts(const ChatFormat& fmt) {
   auto require = [&](bool writes, const std::string& text, const char* token) {
@@ -172,12 +185,12 @@ void check_alternation(ChatTemplate kind, const std::vector<ChatMessage>& msgs, 
 }  // namespace
 
 ChatTemplate parse_chat_template_name(const std::string& name) {
-  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2,
-                         ChatTemplate::Mistral, ChatTemplate::Zephyr, ChatTemplate::None}) {
+  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2, ChatTemplate::Mistral,
+                         ChatTemplate::Zephyr, ChatTemplate::DeepSeekR1, ChatTemplate::None}) {
     if (name == chat_template_name(t)) return t;
   }
   throw ChatTemplateError("unknown chat template name '" + name +
-                          "' (expected chatml, llama3, llama2, mistral, zephyr or none)");
+                          "' (expected chatml, llama3, llama2, mistral, zephyr, deepseek-r1 or none)");
 }
 
 const char* chat_template_name(ChatTemplate t) {
@@ -187,6 +200,7 @@ const char* chat_template_name(ChatTemplate t) {
     case ChatTemplate::Llama2: return "llama2";
     case ChatTemplate::Mistral: return "mistral";
     case ChatTemplate::Zephyr: return "zephyr";
+    case ChatTemplate::DeepSeekR1: return "deepseek-r1";
     case ChatTemplate::None: return "none";
   }
   return "?";
@@ -210,6 +224,8 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
     found = ChatTemplate::Mistral;
   } else if (has(t, "<|user|>") && !has(t, "<|end|>")) {
     found = ChatTemplate::Zephyr;
+  } else if (is_deepseek_r1(t)) {
+    found = ChatTemplate::DeepSeekR1;
   } else {
     known = false;
   }
@@ -230,6 +246,7 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
     if (found == ChatTemplate::ChatML) fmt.default_system = chatml_default_system(t);
     if (found == ChatTemplate::Llama3) llama31_dates(t, fmt);
     if (found == ChatTemplate::Mistral) fmt.mistral = *mistral;
+    if (found == ChatTemplate::DeepSeekR1) fmt.think_prompt = has(t, "{{'<｜Assistant｜><think>\\n'}}");
   }
   return fmt;
 }
@@ -340,6 +357,31 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       }
       // The template writes the prompt after the last message only, so not for an empty list.
       if (add_generation_prompt && !msgs.empty()) out += "<|assistant|>\n";
+      break;
+    }
+    case ChatTemplate::DeepSeekR1: {
+      std::string system;  // the last system message, wherever it stands
+      for (const ChatMessage& m : msgs) {
+        if (m.role == "system") {
+          system = m.content;
+        } else if (m.role != "user" && m.role != "assistant") {
+          throw ChatTemplateError("the deepseek-r1 chat format takes system, user and assistant messages, not '" +
+                                  m.role + "'");
+        }
+      }
+      out += fmt.bos_text + system;
+      const std::string think_end = "</think>";
+      for (const ChatMessage& m : msgs) {
+        if (m.role == "user") {
+          out += "<｜User｜>" + m.content;
+        } else if (m.role == "assistant") {
+          // The reply without its reasoning: what follows the last "</think>".
+          const size_t k = m.content.rfind(think_end);
+          const std::string reply = k == std::string::npos ? m.content : m.content.substr(k + think_end.size());
+          out += "<｜Assistant｜>" + reply + "<｜end▁of▁sentence｜>";
+        }
+      }
+      if (add_generation_prompt) out += fmt.think_prompt ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>";
       break;
     }
     case ChatTemplate::None:

@@ -243,9 +243,10 @@ void check_text_size(size_t bytes) {
 }
 
 constexpr const char* kEndOfTurnTexts[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"};
+// <｜end▁of▁sentence｜>: the EOS of DeepSeek-R1 and its distills, the end of each of their replies.
 constexpr const char* kEndOfGenerationTexts[] = {"<|im_end|>",    "<|eot_id|>",      "<|eom_id|>",
                                                  "<|endoftext|>", "<|end_of_text|>", "<|end|>",
-                                                 "<end_of_turn>"};
+                                                 "<end_of_turn>", "<｜end▁of▁sentence｜>"};
 
 struct PreName {
   const char* name;

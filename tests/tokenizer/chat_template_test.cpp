@@ -126,6 +126,27 @@ const std::string kLlama32Template =
     "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
     "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n";
 
+// DeepSeek-R1-Distill-*: the last system message after the BOS, "<｜User｜>" turns, replies without
+// their reasoning; the later revision opens the reasoning block in the generation prompt.
+const std::string kDeepSeekR1Template =
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}{{bos_token}}{{ns.system_prompt}}"
+    "{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}"
+    "{{'<｜User｜>' + message['content']}}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is not none %}"
+    "{% set content = message['content'] %}{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}"
+    "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}";
+std::string deepseek_r1_think_template() {
+  std::string t = kDeepSeekR1Template;
+  t.replace(t.rfind("{{'<｜Assistant｜>'}}"), std::string("{{'<｜Assistant｜>'}}").size(),
+            "{{'<｜Assistant｜><think>\\n'}}");
+  return t;
+}
+
 ChatFormat format_of(ChatTemplate kind) {
   ChatFormat f;
   f.kind = kind;
@@ -169,9 +190,10 @@ TEST(ChatTemplate, ParseNames) {
   EXPECT_EQ(parse_chat_template_name("llama2"), ChatTemplate::Llama2);
   EXPECT_EQ(parse_chat_template_name("mistral"), ChatTemplate::Mistral);
   EXPECT_EQ(parse_chat_template_name("zephyr"), ChatTemplate::Zephyr);
-  EXPECT_STREQ(chat_template_names(), "chatml|llama3|llama2|mistral|zephyr|none");
+  EXPECT_EQ(parse_chat_template_name("deepseek-r1"), ChatTemplate::DeepSeekR1);
+  EXPECT_STREQ(chat_template_names(), "chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none");
   for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2, ChatTemplate::Mistral,
-                         ChatTemplate::Zephyr, ChatTemplate::None}) {
+                         ChatTemplate::Zephyr, ChatTemplate::DeepSeekR1, ChatTemplate::None}) {
     EXPECT_EQ(parse_chat_template_name(chat_template_name(t)), t);
   }
 }
@@ -200,7 +222,7 @@ TEST(ChatTemplate, DetectsPlainChatMLAndLlama3) {
 TEST(ChatTemplate, UnknownTemplateIsAnError) {
   const std::string msg = error_of([] { detect_chat_format(kGemmaTemplate, false, ""); });
   EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none"), std::string::npos) << msg;
   // An override wins over an unrecognised template.
   EXPECT_EQ(detect_chat_format(kGemmaTemplate, false, "none").kind, ChatTemplate::None);
 }
@@ -390,6 +412,59 @@ TEST(ChatTemplate, RenderMistralV3AndNemo) {
   }
 }
 
+TEST(ChatTemplate, DetectsDeepSeekR1) {
+  const ChatFormat first = detect_chat_format(kDeepSeekR1Template, false, "");
+  EXPECT_EQ(first.kind, ChatTemplate::DeepSeekR1);
+  EXPECT_FALSE(first.think_prompt);
+  const ChatFormat later = detect_chat_format(deepseek_r1_think_template(), false, "");
+  EXPECT_EQ(later.kind, ChatTemplate::DeepSeekR1);
+  EXPECT_TRUE(later.think_prompt);
+  EXPECT_TRUE(detect_chat_format(deepseek_r1_think_template(), false, "deepseek-r1").think_prompt);
+  EXPECT_FALSE(detect_chat_format(kZephyrTemplate, false, "deepseek-r1").think_prompt);
+  // A template that joins the system messages renders otherwise.
+  std::string joined = kDeepSeekR1Template;
+  const std::string keep_last = "{% set ns.system_prompt = message['content'] %}";
+  joined.replace(joined.find(keep_last), keep_last.size(),
+                 "{% set ns.system_prompt = ns.system_prompt + '\\n\\n' + message['content'] %}");
+  const std::string msg = error_of([&] { detect_chat_format(joined, false, ""); });
+  EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
+}
+
+// Expected strings from the official DeepSeek-R1-Distill-Qwen templates (both revisions).
+TEST(ChatTemplate, RenderDeepSeekR1) {
+  ChatFormat f = format_of(ChatTemplate::DeepSeekR1);
+  f.bos_text = "<｜begin▁of▁sentence｜>";
+  const std::string bos = f.bos_text;
+  const std::vector<ChatMessage> turns = {
+      {"user", "1+1?"}, {"assistant", "<think>\nadd\n</think>\n\n2"}, {"user", "2+2?"}};
+  // Only the last system message counts, wherever it stands; a reply keeps what follows its last
+  // "</think>".
+  const std::vector<ChatMessage> scattered = {
+      {"user", "A"}, {"system", "S1"}, {"assistant", "x</think>y</think> z "}, {"system", "S2"}};
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true), bos + "<｜User｜>你好<｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, false), bos + "<｜User｜>你好");
+  EXPECT_EQ(render_chat(f, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            bos + "You are a helpful assistant.<｜User｜>你好<｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, turns, true),
+            bos + "<｜User｜>1+1?<｜Assistant｜>\n\n2<｜end▁of▁sentence｜><｜User｜>2+2?<｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, scattered, false), bos + "S2<｜User｜>A<｜Assistant｜> z <｜end▁of▁sentence｜>");
+  EXPECT_EQ(render_chat(f, {{"assistant", "A"}, {"assistant", "B"}}, true),
+            bos + "<｜Assistant｜>A<｜end▁of▁sentence｜><｜Assistant｜>B<｜end▁of▁sentence｜><｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, {}, true), bos + "<｜Assistant｜>");
+  f.think_prompt = true;
+  EXPECT_EQ(render_chat(f, turns, true),
+            bos + "<｜User｜>1+1?<｜Assistant｜>\n\n2<｜end▁of▁sentence｜><｜User｜>2+2?<｜Assistant｜><think>\n");
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, false), bos + "<｜User｜>你好");
+
+  std::string msg = error_of([&] { render_chat(f, {{"user", "A"}, {"tool", "B"}}, true); });
+  EXPECT_NE(msg.find("the deepseek-r1 chat format takes system, user and assistant messages, not 'tool'"),
+            std::string::npos)
+      << msg;
+  f.bos_text.clear();
+  msg = error_of([&] { render_chat(f, {{"user", "A"}}, true); });
+  EXPECT_NE(msg.find("the deepseek-r1 chat format writes the BOS token as text"), std::string::npos) << msg;
+}
+
 TEST(ChatTemplate, RenderZephyr) {
   ChatFormat f = with_tokens(ChatTemplate::Zephyr);
   f.bos_text = "";  // the template writes no BOS
@@ -502,7 +577,7 @@ TEST(ChatTemplate, FromGguf) {
   const std::string bare = write("bare", "", false);
   const std::string msg = error_of([&] { detect_file(bare); });
   EXPECT_EQ(msg.find(bare), 0u) << msg;
-  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none"), std::string::npos) << msg;
 
   const std::string gemma = write("gemma", kGemmaTemplate, false);
   const std::string unknown = error_of([&] { detect_file(gemma); });
@@ -561,7 +636,15 @@ TEST(ChatTemplate, FromGgufTokenTexts) {
       << msg;
   EXPECT_EQ(detect_file(bpe, "chatml").kind, ChatTemplate::ChatML);
 
-  for (const std::string& p : {llama2, no_ids, other_eos, zephyr, llama31, bpe}) std::remove(p.c_str());
+  // DeepSeek-R1 writes its tokenizer's BOS text.
+  const std::string r1 = write_vocab_file("r1", kDeepSeekR1Template,
+                                          {"<unk>", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "a"},
+                                          {2, 3, 3, 1}, 1, 2);
+  const ChatFormat d = detect_file(r1);
+  EXPECT_EQ(d.kind, ChatTemplate::DeepSeekR1);
+  EXPECT_EQ(render_chat(d, {{"user", "你好"}}, true), "<｜begin▁of▁sentence｜><｜User｜>你好<｜Assistant｜>");
+
+  for (const std::string& p : {llama2, no_ids, other_eos, zephyr, llama31, bpe, r1}) std::remove(p.c_str());
 }
 
 }  // namespace

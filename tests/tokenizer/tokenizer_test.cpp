@@ -295,6 +295,19 @@ TEST(Tokenizer, EndOfGeneration) {
   EXPECT_FALSE(tok->is_end_of_generation(-1));
 }
 
+// DeepSeek-R1 and its distills end a reply with <｜end▁of▁sentence｜> (their EOS); it ends
+// generation by its text too, where a file names another EOS or none.
+TEST(Tokenizer, EndOfGenerationDeepSeek) {
+  Vocab v;
+  const int32_t bos = v.add_raw("<｜begin▁of▁sentence｜>", TokenType::Control);
+  const int32_t eos = v.add_raw("<｜end▁of▁sentence｜>", TokenType::Control);
+  const int32_t user = v.add_raw("<｜User｜>", TokenType::UserDefined);
+  const auto tok = v.build("deepseek-r1-qwen");
+  EXPECT_TRUE(tok->is_end_of_generation(eos));
+  EXPECT_FALSE(tok->is_end_of_generation(bos));
+  EXPECT_FALSE(tok->is_end_of_generation(user));
+}
+
 // Llama 2, Mistral and Zephyr end a turn with the EOS token "</s>", which their chat formats also
 // write as text into earlier turns: the text reads back as that token.
 TEST(Tokenizer, EndOfGenerationEosText) {
