@@ -381,28 +381,29 @@ TEST(ChatTemplate, RenderMistralV3AndNemo) {
   v3.mistral = MistralStyle::V3;
   ChatFormat nemo = v3;
   nemo.mistral = MistralStyle::Tekken;
-  const std::vector<ChatMessage> turns = {
-      {"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "}, {"user", "Tell me a joke."}};
-  const std::vector<ChatMessage> with_system = {
-      {"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}};
-  const std::vector<ChatMessage> ends_with_reply = {{"system", "S"}, {"user", "Hi"}, {"assistant", " Yo "}};
-
-  EXPECT_EQ(render_chat(v3, {{"user", "你好"}}, true), "<s>[INST] 你好[/INST]");
-  EXPECT_EQ(render_chat(v3, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
-            "<s>[INST] You are a helpful assistant.\n\n你好[/INST]");
-  EXPECT_EQ(render_chat(v3, turns, true),
-            "<s>[INST]  Hi \n[/INST] Hello! How can I help?</s>[INST] Tell me a joke.[/INST]");
-  EXPECT_EQ(render_chat(v3, with_system, true), "<s>[INST] Hi[/INST] Hello.</s>[INST]  Be brief. \n\n Bye [/INST]");
-  EXPECT_EQ(render_chat(v3, ends_with_reply, true), "<s>[INST] Hi[/INST] Yo</s>");
-  EXPECT_EQ(render_chat(v3, {{"system", "S"}}, true), "<s>");
-
-  EXPECT_EQ(render_chat(nemo, {{"user", "你好"}}, true), "<s>[INST]你好[/INST]");
-  EXPECT_EQ(render_chat(nemo, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
-            "<s>[INST]You are a helpful assistant.\n\n你好[/INST]");
-  EXPECT_EQ(render_chat(nemo, turns, true),
-            "<s>[INST] Hi \n[/INST]  Hello! How can I help?  </s>[INST]Tell me a joke.[/INST]");
-  EXPECT_EQ(render_chat(nemo, with_system, true), "<s>[INST]Hi[/INST]Hello.</s>[INST] Be brief. \n\n Bye [/INST]");
-  EXPECT_EQ(render_chat(nemo, ends_with_reply, true), "<s>[INST]Hi[/INST] Yo </s>");
+  struct Case {
+    std::vector<ChatMessage> msgs;
+    std::string v3, nemo;  // the renderings of the two templates
+  };
+  const std::vector<Case> cases = {
+      {{{"user", "你好"}}, "<s>[INST] 你好[/INST]", "<s>[INST]你好[/INST]"},
+      {{{"system", "You are a helpful assistant."}, {"user", "你好"}},
+       "<s>[INST] You are a helpful assistant.\n\n你好[/INST]",
+       "<s>[INST]You are a helpful assistant.\n\n你好[/INST]"},
+      {{{"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "}, {"user", "Tell me a joke."}},
+       "<s>[INST]  Hi \n[/INST] Hello! How can I help?</s>[INST] Tell me a joke.[/INST]",
+       "<s>[INST] Hi \n[/INST]  Hello! How can I help?  </s>[INST]Tell me a joke.[/INST]"},
+      {{{"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}},
+       "<s>[INST] Hi[/INST] Hello.</s>[INST]  Be brief. \n\n Bye [/INST]",
+       "<s>[INST]Hi[/INST]Hello.</s>[INST] Be brief. \n\n Bye [/INST]"},
+      {{{"system", "S"}, {"user", "Hi"}, {"assistant", " Yo "}}, "<s>[INST] Hi[/INST] Yo</s>",
+       "<s>[INST]Hi[/INST] Yo </s>"},
+      {{{"system", "S"}}, "<s>", "<s>"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(render_chat(v3, c.msgs, true), c.v3);
+    EXPECT_EQ(render_chat(nemo, c.msgs, true), c.nemo);
+  }
 
   for (const ChatFormat& f : {v3, nemo}) {
     std::string msg = error_of([&] { render_chat(f, {{"user", "A"}, {"user", "B"}}, true); });
