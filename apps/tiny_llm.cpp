@@ -86,8 +86,9 @@ void add_sampling_options(CLI::App* app, RunOptions& o) {
                                "random seed for sampling (default: a random one, which --stats prints)")
                    ->check(seed_validator());
   app->add_option("--chat-template", o.chat_template,
-                  "chat format: chatml, llama3, llama2, mistral, zephyr or none (default: from the model)")
-      ->check(CLI::IsMember({"chatml", "llama3", "llama2", "mistral", "zephyr", "none"}));
+                  "chat format: chatml, llama3, llama2, mistral, zephyr, deepseek-r1 or none (default: from the "
+                  "model)")
+      ->check(CLI::IsMember({"chatml", "llama3", "llama2", "mistral", "zephyr", "deepseek-r1", "none"}));
   app->add_option("--system", o.system, "system prompt (default: the model's own, if its template has one)");
   app->add_flag("--stats", o.stats, "print timing figures on stderr at the end");
 }
@@ -178,7 +179,7 @@ int cmd_generate(RunOptions& o, const std::string& prompt, bool chat) {
   LoadedModel lm = load_model(o.req);
   std::string text = prompt;
   if (chat) {
-    const ChatFormat fmt = detect_chat_format(*lm.file, o.chat_template);
+    const ChatFormat fmt = detect_chat_format(*lm.file, *lm.tokenizer, o.chat_template);
     std::vector<ChatMessage> msgs;
     if (!o.system.empty()) msgs.push_back({"system", o.system});
     msgs.push_back({"user", prompt});
@@ -205,7 +206,7 @@ int cmd_chat(RunOptions& o) {
   check_run_options(o);
   LoadedModel lm = load_model(o.req);
   const Tokenizer& tok = *lm.tokenizer;
-  const ChatFormat fmt = detect_chat_format(*lm.file, o.chat_template);
+  const ChatFormat fmt = detect_chat_format(*lm.file, tok, o.chat_template);
   Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
   const bool tty = isatty(STDIN_FILENO) != 0;
   std::vector<ChatMessage> msgs;

@@ -171,7 +171,7 @@ int bench_main(int argc, char** argv) {
 
   std::string text = o.prompt;
   if (!o.raw) {
-    const ChatFormat fmt = detect_chat_format(*lm.file, "");
+    const ChatFormat fmt = detect_chat_format(*lm.file, tok, "");
     text = render_chat(fmt, {{"user", o.prompt}}, /*add_generation_prompt=*/true);
   }
   std::vector<int32_t> prompt = tok.encode(text, /*parse_special=*/!o.raw);

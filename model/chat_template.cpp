@@ -1,16 +1,17 @@
 // Chat format detection and rendering.
 #include "model/chat_template.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <ctime>
+#include <optional>
 
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace tllm {
 namespace {
 
-constexpr const char* kNames = "chatml|llama3|llama2|mistral|zephyr|none";
+constexpr const char* kNames = "chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none";
 constexpr const char* kQwenDefaultSystem =
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 constexpr const char* kKnowledgeDate = "Cutting Knowledge Date: ";
@@ -87,10 +88,24 @@ void llama31_dates(const std::string& tmpl, ChatFormat& fmt) {
       "the Llama 3 chat template writes 'Cutting Knowledge Date' but sets no default date_string");
 }
 
-MistralStyle mistral_style(const std::string& tmpl) {
-  if (has(tmpl, "' [INST]") || has(tmpl, "\" [INST]")) return MistralStyle::Spaced;
-  if (has(tmpl, "eos_token + ' '") || has(tmpl, "eos_token + \" \"")) return MistralStyle::SpaceAfterEos;
-  return MistralStyle::Plain;
+// The Mistral revision a template with "[INST]" writes; nullopt for one it does not render.
+std::optional<MistralStyle> mistral_style(const std::string& tmpl) {
+  if (has(tmpl, " [/INST]")) {
+    if (has(tmpl, "' [INST]") || has(tmpl, "\" [INST]")) return MistralStyle::Spaced;
+    if (has(tmpl, "eos_token + ' '") || has(tmpl, "eos_token + \" \"")) return MistralStyle::SpaceAfterEos;
+    return MistralStyle::Plain;
+  }
+  // v0.3 and Nemo, recognised by the expressions that render a conversation without tools.
+  if (!has(tmpl, "loop.last and system_message is defined") || has(tmpl, "[SYSTEM_PROMPT]")) return std::nullopt;
+  if (has(tmpl, R"("[INST] " + message["content"] + "[/INST]")") &&
+      has(tmpl, R"(" " + message["content"]|trim + eos_token)")) {
+    return MistralStyle::V3;
+  }
+  if (has(tmpl, R"("[INST]" + message["content"] + "[/INST]")") &&
+      has(tmpl, R"({{- message["content"] + eos_token)")) {
+    return MistralStyle::Tekken;
+  }
+  return std::nullopt;
 }
 
 // Length of the UTF-8 sequence at s[i] when it encodes a character that Python's str.isspace()
@@ -125,11 +140,32 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
-void require_text(const std::string& text, ChatTemplate kind, const char* token) {
-  if (text.empty()) {
-    throw ChatTemplateError(std::string("the ") + chat_template_name(kind) + " chat format writes the " + token +
-                            " token as text, and its text is unknown");
-  }
+// The formats that write the BOS / EOS token as text: Llama 2 and Mistral both, Zephyr the EOS,
+// DeepSeek-R1 the BOS (its replies end with the literal '<｜end▁of▁sentence｜>').
+bool writes_bos(ChatTemplate kind) {
+  return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral || kind == ChatTemplate::DeepSeekR1;
+}
+bool writes_eos(ChatTemplate kind) {
+  return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral || kind == ChatTemplate::Zephyr;
+}
+
+// The DeepSeek-R1 distills' template: the last system message (ns.system_prompt) and each reply
+// as one expression. Templates that join the system messages or write the replies otherwise (the
+// later ones of DeepSeek-R1 and R1-0528) render otherwise and are not this format.
+bool is_deepseek_r1(const std::string& tmpl) {
+  return has(tmpl, "<｜User｜>") && has(tmpl, "{% set ns.system_prompt = message['content'] %}") &&
+         has(tmpl, "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}");
+}
+
+void check_token_texts(const ChatFormat& fmt) {
+  auto require = [&](bool writes, const std::string& text, const char* token) {
+    if (writes && text.empty()) {
+      throw ChatTemplateError(std::string("the ") + chat_template_name(fmt.kind) + " chat format writes the " +
+                              token + " token as text, and the tokenizer has no " + token + " token");
+    }
+  };
+  require(writes_bos(fmt.kind), fmt.bos_text, "BOS");
+  require(writes_eos(fmt.kind), fmt.eos_text, "EOS");
 }
 
 // Llama 2 and Mistral: after the optional system message (first), user and assistant messages in
@@ -149,12 +185,12 @@ void check_alternation(ChatTemplate kind, const std::vector<ChatMessage>& msgs, 
 }  // namespace
 
 ChatTemplate parse_chat_template_name(const std::string& name) {
-  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2,
-                         ChatTemplate::Mistral, ChatTemplate::Zephyr, ChatTemplate::None}) {
+  for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2, ChatTemplate::Mistral,
+                         ChatTemplate::Zephyr, ChatTemplate::DeepSeekR1, ChatTemplate::None}) {
     if (name == chat_template_name(t)) return t;
   }
   throw ChatTemplateError("unknown chat template name '" + name +
-                          "' (expected chatml, llama3, llama2, mistral, zephyr or none)");
+                          "' (expected chatml, llama3, llama2, mistral, zephyr, deepseek-r1 or none)");
 }
 
 const char* chat_template_name(ChatTemplate t) {
@@ -164,6 +200,7 @@ const char* chat_template_name(ChatTemplate t) {
     case ChatTemplate::Llama2: return "llama2";
     case ChatTemplate::Mistral: return "mistral";
     case ChatTemplate::Zephyr: return "zephyr";
+    case ChatTemplate::DeepSeekR1: return "deepseek-r1";
     case ChatTemplate::None: return "none";
   }
   return "?";
@@ -176,16 +213,19 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
   const std::string& t = template_text;
   ChatTemplate found = ChatTemplate::None;
   bool known = true;
+  std::optional<MistralStyle> mistral;
   if (has(t, "<|im_start|>")) {
     found = ChatTemplate::ChatML;
   } else if (has(t, "<|start_header_id|>")) {
     found = ChatTemplate::Llama3;
   } else if (has(t, "[INST]") && has(t, "<<SYS>>")) {
     found = ChatTemplate::Llama2;
-  } else if (has(t, "[INST]") && has(t, " [/INST]")) {
+  } else if (has(t, "[INST]") && (mistral = mistral_style(t))) {
     found = ChatTemplate::Mistral;
   } else if (has(t, "<|user|>") && !has(t, "<|end|>")) {
     found = ChatTemplate::Zephyr;
+  } else if (is_deepseek_r1(t)) {
+    found = ChatTemplate::DeepSeekR1;
   } else {
     known = false;
   }
@@ -205,37 +245,19 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
   if (known && fmt.kind == found) {
     if (found == ChatTemplate::ChatML) fmt.default_system = chatml_default_system(t);
     if (found == ChatTemplate::Llama3) llama31_dates(t, fmt);
-    if (found == ChatTemplate::Mistral) fmt.mistral = mistral_style(t);
+    if (found == ChatTemplate::Mistral) fmt.mistral = *mistral;
+    if (found == ChatTemplate::DeepSeekR1) fmt.think_prompt = has(t, "{{'<｜Assistant｜><think>\\n'}}");
   }
   return fmt;
 }
 
-ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_name) {
+ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std::string& override_name) {
   try {
     const std::string tmpl = f.get_string("tokenizer.chat_template", "");
-    bool has_im_start = false;
-    if (tmpl.empty() && f.find("tokenizer.ggml.tokens")) {
-      const std::vector<std::string>& tokens = f.get_string_array("tokenizer.ggml.tokens");
-      has_im_start = std::find(tokens.begin(), tokens.end(), "<|im_start|>") != tokens.end();
-    }
-    ChatFormat fmt = detect_chat_format(tmpl, has_im_start, override_name);
-    // Llama 2 and Mistral write the BOS and EOS texts, Zephyr the EOS text.
-    const bool needs_bos = fmt.kind == ChatTemplate::Llama2 || fmt.kind == ChatTemplate::Mistral;
-    const bool needs_eos = needs_bos || fmt.kind == ChatTemplate::Zephyr;
-    if (!needs_eos) return fmt;
-    const std::vector<std::string> none;
-    const std::vector<std::string>& tokens =
-        f.find("tokenizer.ggml.tokens") ? f.get_string_array("tokenizer.ggml.tokens") : none;
-    auto text_of = [&](const char* token, const char* key) {
-      const int64_t id = f.get_int(key, -1);
-      if (id < 0 || id >= int64_t(tokens.size())) {
-        throw ChatTemplateError(std::string("the ") + chat_template_name(fmt.kind) + " chat format writes the " +
-                                token + " token as text, but " + key + " is missing or outside tokenizer.ggml.tokens");
-      }
-      return tokens[size_t(id)];
-    };
-    if (needs_bos) fmt.bos_text = text_of("BOS", "tokenizer.ggml.bos_token_id");
-    fmt.eos_text = text_of("EOS", "tokenizer.ggml.eos_token_id");
+    ChatFormat fmt = detect_chat_format(tmpl, tok.find_token("<|im_start|>") >= 0, override_name);
+    if (tok.bos_id() >= 0) fmt.bos_text = tok.token_text(tok.bos_id());
+    if (tok.eos_id() >= 0) fmt.eos_text = tok.token_text(tok.eos_id());
+    check_token_texts(fmt);
     return fmt;
   } catch (const ChatTemplateError& e) {
     throw ChatTemplateError(f.path() + ": " + e.what());
@@ -246,6 +268,7 @@ ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_nam
 
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt) {
+  check_token_texts(fmt);
   const bool add_system = !fmt.default_system.empty() && (msgs.empty() || msgs[0].role != "system");
   const bool has_system = !msgs.empty() && msgs[0].role == "system";
   std::string out;
@@ -280,8 +303,6 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
     case ChatTemplate::Llama2: {
       // Each user message is "<s>[INST] text [/INST]" and each reply " text </s>", both stripped;
       // the system block opens the first user message and is stripped with it.
-      require_text(fmt.bos_text, fmt.kind, "BOS");
-      require_text(fmt.eos_text, fmt.kind, "EOS");
       const size_t first = has_system ? 1 : 0;
       check_alternation(fmt.kind, msgs, first);
       for (size_t i = first; i < msgs.size(); ++i) {
@@ -296,10 +317,10 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       break;
     }
     case ChatTemplate::Mistral: {
-      require_text(fmt.bos_text, fmt.kind, "BOS");
-      require_text(fmt.eos_text, fmt.kind, "EOS");
-      const bool spaced = fmt.mistral == MistralStyle::Spaced;
-      if (has_system && !spaced) {
+      const MistralStyle style = fmt.mistral;
+      const bool spaced = style == MistralStyle::Spaced;
+      const bool v3 = style == MistralStyle::V3, tekken = style == MistralStyle::Tekken;
+      if (has_system && !spaced && !v3 && !tekken) {
         throw ChatTemplateError(
             "the mistral chat format (Mistral Instruct v0.1, v0.2, Mixtral as released) has no system message");
       }
@@ -309,17 +330,24 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       for (size_t i = first; i < msgs.size(); ++i) {
         const std::string& content = msgs[i].content;
         if (msgs[i].role == "user") {
-          const std::string system = i == 1 && has_system ? msgs[0].content + "\n\n" : "";
-          out += (spaced ? " [INST] " : "[INST] ") + system + content + " [/INST]";
+          // The system text opens the first user message (Spaced) or the last message (v3, Tekken).
+          const size_t with_system = v3 || tekken ? msgs.size() - 1 : 1;
+          const std::string system = has_system && i == with_system ? msgs[0].content + "\n\n" : "";
+          if (v3 || tekken) {
+            out += (v3 ? "[INST] " : "[INST]") + system + content + "[/INST]";
+          } else {
+            out += (spaced ? " [INST] " : "[INST] ") + system + content + " [/INST]";
+          }
+        } else if (v3) {
+          out += " " + trim(content) + fmt.eos_text;
         } else {
           out += (spaced ? " " : "") + content + fmt.eos_text;
-          if (fmt.mistral == MistralStyle::SpaceAfterEos) out += " ";
+          if (style == MistralStyle::SpaceAfterEos) out += " ";
         }
       }
       break;
     }
     case ChatTemplate::Zephyr: {
-      require_text(fmt.eos_text, fmt.kind, "EOS");
       for (const ChatMessage& m : msgs) {
         if (m.role != "system" && m.role != "user" && m.role != "assistant") {
           throw ChatTemplateError("the zephyr chat format takes system, user and assistant messages, not '" +
@@ -329,6 +357,31 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       }
       // The template writes the prompt after the last message only, so not for an empty list.
       if (add_generation_prompt && !msgs.empty()) out += "<|assistant|>\n";
+      break;
+    }
+    case ChatTemplate::DeepSeekR1: {
+      std::string system;  // the last system message, wherever it stands
+      for (const ChatMessage& m : msgs) {
+        if (m.role == "system") {
+          system = m.content;
+        } else if (m.role != "user" && m.role != "assistant") {
+          throw ChatTemplateError("the deepseek-r1 chat format takes system, user and assistant messages, not '" +
+                                  m.role + "'");
+        }
+      }
+      out += fmt.bos_text + system;
+      const std::string think_end = "</think>";
+      for (const ChatMessage& m : msgs) {
+        if (m.role == "user") {
+          out += "<｜User｜>" + m.content;
+        } else if (m.role == "assistant") {
+          // The reply without its reasoning: what follows the last "</think>".
+          const size_t k = m.content.rfind(think_end);
+          const std::string reply = k == std::string::npos ? m.content : m.content.substr(k + think_end.size());
+          out += "<｜Assistant｜>" + reply + "<｜end▁of▁sentence｜>";
+        }
+      }
+      if (add_generation_prompt) out += fmt.think_prompt ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>";
       break;
     }
     case ChatTemplate::None:

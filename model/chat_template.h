@@ -2,7 +2,8 @@
 // prompt text the model was trained on, as Hugging Face apply_chat_template renders it with the
 // model's own template. Only the formats of known model families are rendered (no Jinja
 // interpreter): ChatML (Qwen2, Qwen2.5, SmolLM2), Llama 3 (3.0, and 3.1/3.2/3.3 with their dated
-// system turn), Llama 2 chat, Mistral Instruct (v0.1, v0.2, Mixtral) and Zephyr (TinyLlama chat).
+// system turn), Llama 2 chat, Mistral Instruct (v0.1, v0.2, Mixtral, v0.3, Nemo), Zephyr
+// (TinyLlama chat) and DeepSeek-R1 (its Qwen and Llama distills).
 #pragma once
 
 #include <stdexcept>
@@ -12,13 +13,14 @@
 namespace tllm {
 
 class GgufFile;
+class Tokenizer;
 
 class ChatTemplateError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-enum class ChatTemplate { ChatML, Llama3, Llama2, Mistral, Zephyr, None };
+enum class ChatTemplate { ChatML, Llama3, Llama2, Mistral, Zephyr, DeepSeekR1, None };
 
 // The revisions of the Mistral Instruct template, which differ in spaces and in system messages.
 enum class MistralStyle {
@@ -26,6 +28,11 @@ enum class MistralStyle {
   SpaceAfterEos,  // v0.1 as released: the same with a space after each "</s>"
   Spaced,         // the later revision: " [INST] u [/INST] a</s>", system text opening the
                   // first user message
+  // The templates of Mistral v0.3 (v3 tokenizer) and Mistral Nemo (Tekken tokenizer), which put
+  // the system text and "\n\n" before the last message when that is a user message (a
+  // conversation that ends with a reply loses it):
+  V3,      // "[INST] u[/INST] a</s>", each reply stripped
+  Tekken,  // "[INST]u[/INST]a</s>"
 };
 
 struct ChatMessage {
@@ -39,8 +46,9 @@ struct ChatFormat {
   // (Qwen2.5: "You are Qwen, created by Alibaba Cloud. ..."; SmolLM2: the SmolLM assistant
   // prompt written into its template); empty when the template has none.
   std::string default_system;
-  // The text of the BOS and EOS tokens, which the Llama 2 and Mistral templates (both) and the
-  // Zephyr template (EOS) write into the prompt as bos_token / eos_token.
+  // The text of the BOS and EOS tokens, which the Llama 2 and Mistral templates (both), the
+  // Zephyr template (EOS) and the DeepSeek-R1 template (BOS) write into the prompt as bos_token /
+  // eos_token.
   std::string bos_text;
   std::string eos_text;
   MistralStyle mistral = MistralStyle::Plain;
@@ -49,13 +57,16 @@ struct ChatFormat {
   // for Llama 3.0, whose template has no such turn.
   std::string knowledge_date;  // "December 2023"
   std::string today_date;      // "26 Jul 2024"
+  // DeepSeek-R1: the generation prompt also opens the reasoning block ("<｜Assistant｜><think>\n"),
+  // as the later revision of the template writes it.
+  bool think_prompt = false;
 };
 
-// "chatml" | "llama3" | "llama2" | "mistral" | "zephyr" | "none"; throws ChatTemplateError for
-// anything else.
+// "chatml" | "llama3" | "llama2" | "mistral" | "zephyr" | "deepseek-r1" | "none"; throws
+// ChatTemplateError for anything else.
 ChatTemplate parse_chat_template_name(const std::string& name);
 const char* chat_template_name(ChatTemplate t);
-// "chatml|llama3|llama2|mistral|zephyr|none", for messages.
+// "chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none", for messages.
 const char* chat_template_names();
 
 // Recognises template text:
@@ -64,9 +75,15 @@ const char* chat_template_names();
 //            default date_string are read from the template's literals, or today's date
 //            ("%d %b %Y") where the template calls strftime_now, as Hugging Face provides it;
 //   Llama2   "[INST]" and "<<SYS>>";
-//   Mistral  "[INST]" and " [/INST]" without "<<SYS>>" (the later templates of Mistral v0.3 and
-//            Mistral Nemo write "[/INST]" without the space and are not recognised);
-//   Zephyr   "<|user|>" without "<|end|>" (Phi-3 writes <|end|> and is not recognised).
+//   Mistral  "[INST]" and " [/INST]" without "<<SYS>>"; or the Mistral v0.3 / Nemo templates:
+//            "[INST] " / "[INST]" + content + "[/INST]", the system message before the last
+//            message ("loop.last and system_message"), no "[SYSTEM_PROMPT]", and the replies as
+//            those templates write them (other variants of the family are not recognised);
+//   Zephyr   "<|user|>" without "<|end|>" (Phi-3 writes <|end|> and is not recognised);
+//   DeepSeekR1 "<｜User｜>" (full-width bars) in the template of the R1 distills, which keeps the
+//            last system message and writes each reply as '<｜Assistant｜>' + content +
+//            '<｜end▁of▁sentence｜>'; think_prompt where its generation prompt is
+//            '<｜Assistant｜><think>\n' (the later revision).
 // With an empty template, ChatML when the vocabulary has <|im_start|>. A non-empty override_name
 // chooses the format instead; what the template says of that format (default system prompt,
 // dates, Mistral revision) is still taken from it when it is of that format. bos_text and
@@ -74,10 +91,12 @@ const char* chat_template_names();
 // Throws ChatTemplateError ("unknown chat template; pass --chat-template chatml|llama3|...").
 ChatFormat detect_chat_format(const std::string& template_text, bool has_im_start,
                               const std::string& override_name);
-// Same, reading tokenizer.chat_template and the token list from a GGUF file. For the formats that
-// write BOS or EOS text, bos_text / eos_text are the entries of tokenizer.ggml.tokens at
-// tokenizer.ggml.bos_token_id / eos_token_id, and a missing id is an error. Errors name the file.
-ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_name);
+// Same, for a model file and the tokenizer loaded from it: the template is its
+// tokenizer.chat_template, has_im_start whether tok has <|im_start|>, and bos_text / eos_text are
+// the texts of tok's BOS and EOS tokens (Tokenizer::token_text), so that the prompt holds exactly
+// the tokens the tokenizer knows as BOS and EOS (for SentencePiece, <s> and </s> where the file
+// names no ids). A format that writes a token tok lacks is an error. Errors name the file.
+ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std::string& override_name);
 
 // The prompt text for msgs, as the model's template renders it:
 //   ChatML   "<|im_start|>role\ncontent<|im_end|>\n" per message;
@@ -90,15 +109,19 @@ ChatFormat detect_chat_format(const GgufFile& f, const std::string& override_nam
 //   Mistral  "<s>[INST] user [/INST]assistant</s>[INST] ..." in the style of fmt.mistral, also
 //            without a generation prompt;
 //   Zephyr   "<|role|>\ncontent</s>\n" per message;
+//   DeepSeekR1 "<｜begin▁of▁sentence｜>" + the last system message, then "<｜User｜>content" per user
+//            message and "<｜Assistant｜>reply<｜end▁of▁sentence｜>" per reply, where a reply loses
+//            everything up to its last "</think>"; the generation prompt is "<｜Assistant｜>", with
+//            "<think>\n" after it for think_prompt;
 //   None     the contents concatenated.
 // The default system prompt opens the conversation when its first message is not a system
 // message. add_generation_prompt appends the header of an assistant turn. Llama2 and Mistral
-// take user and assistant messages in turn after an optional system message (Mistral's released
-// templates take none), and Zephyr takes the roles system, user and assistant; anything else
-// throws ChatTemplateError, as the templates raise (Llama 2's and Zephyr's templates would drop a
-// message of another role without a word). Throws ChatTemplateError when the format writes BOS
-// or EOS text and fmt holds none.
+// take user and assistant messages in turn after an optional system message (the v0.1 and v0.2
+// templates as released take none), and Zephyr and DeepSeekR1 take the roles system, user and
+// assistant in any order; anything else throws ChatTemplateError, as the templates raise (Llama
+// 2's and Zephyr's templates would drop a message of another role without a word; DeepSeek-R1's
+// renders tool messages, which no format here does). Throws ChatTemplateError when the format
+// writes BOS or EOS text and fmt holds none.
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt);
-
 }  // namespace tllm

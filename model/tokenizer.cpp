@@ -243,17 +243,21 @@ void check_text_size(size_t bytes) {
 }
 
 constexpr const char* kEndOfTurnTexts[] = {"<|im_end|>", "<|eot_id|>", "<|end|>", "<end_of_turn>"};
+// <｜end▁of▁sentence｜>: the EOS of DeepSeek-R1 and its distills, the end of each of their replies.
 constexpr const char* kEndOfGenerationTexts[] = {"<|im_end|>",    "<|eot_id|>",      "<|eom_id|>",
                                                  "<|endoftext|>", "<|end_of_text|>", "<|end|>",
-                                                 "<end_of_turn>"};
+                                                 "<end_of_turn>", "<｜end▁of▁sentence｜>"};
 
 struct PreName {
   const char* name;
-  int kind;  // 0 gpt2, 1 smollm, 2 qwen2, 3 llama3 (Tokenizer::Pre order)
+  int kind;       // 0 gpt2, 1 smollm, 2 qwen2, 3 llama3 (Tokenizer::Pre order)
+  bool add_bos;   // the default of add_bos(): whether the reference tokenizer prepends BOS
 };
+// "deepseek-r1-qwen" (DeepSeek-R1-Distill-Qwen-*) is the Qwen2 tokenizer: its tokenizer.json has
+// Qwen2's NFC normalizer and split regex, and a post-processor that prepends BOS.
 constexpr PreName kPreNames[] = {
-    {"qwen2", 2},     {"smollm", 1},   {"gpt-2", 0},    {"default", 0},
-    {"llama-bpe", 3}, {"llama3", 3},   {"llama-v3", 3},
+    {"qwen2", 2, false},    {"smollm", 1, false}, {"gpt-2", 0, false},    {"default", 0, false},
+    {"llama-bpe", 3, true}, {"llama3", 3, true},  {"llama-v3", 3, true},  {"deepseek-r1-qwen", 2, true},
 };
 
 const PreName* find_pre(const std::string& name) {
@@ -429,7 +433,7 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
   pre_ = static_cast<Pre>(pn->kind);
   ignore_merges_ = pre_ == Pre::Llama3;
   build_common(std::move(tokens), std::move(token_types), special);
-  add_bos_ = special.add_bos.value_or(pre_ == Pre::Llama3);
+  add_bos_ = special.add_bos.value_or(pn->add_bos);
   const size_t n = tokens_.size();
 
   // Raw bytes of every token: special tokens stand for their own text.

@@ -1,5 +1,6 @@
 // The two tokenizer models of GGUF files, reproducing the reference tokenizers id for id:
-//  - byte-level BPE (tokenizer.ggml.model "gpt2": GPT-2, Qwen2/Qwen2.5, SmolLM/SmolLM2, Llama 3);
+//  - byte-level BPE (tokenizer.ggml.model "gpt2": GPT-2, Qwen2/Qwen2.5, SmolLM/SmolLM2, Llama 3,
+//    the DeepSeek-R1 distills);
 //  - SentencePiece BPE (tokenizer.ggml.model "llama": Llama 2, TinyLlama, Mistral v0.1-v0.3), in
 //    tokenizer_spm.cpp: each run of text between special tokens gets a leading space (the dummy
 //    prefix) and has its spaces written as U+2581; its characters are then merged pairwise, the pair
@@ -9,8 +10,8 @@
 // Byte-level BPE encoding runs in four stages:
 //   1. special tokens: control (type 3) and user-defined (type 4) tokens are cut out of the text by
 //      leftmost-longest match when parse_special is set; otherwise they are ordinary text;
-//   2. normalisation: NFC for the Qwen2 pre-tokenizer (as its reference tokenizer applies), none
-//      for the others;
+//   2. normalisation: NFC for the Qwen2 pre-tokenizer and its alias deepseek-r1-qwen (as their
+//      reference tokenizers apply), none for the others;
 //   3. pre-tokenization: a hand-written scanner per model family, equivalent to that family's split
 //      regex (see split_* in tokenizer.cpp for the regexes);
 //   4. BPE: each piece's bytes become byte-level symbols, merged by rank (a hash map of merges and a
@@ -57,7 +58,8 @@ enum class TokenType : int32_t {
 };
 
 // Ids of the special tokens; -1 where the vocabulary has none. add_bos unset means the default of
-// the tokenizer (true for SentencePiece and the llama-bpe pre-tokenizer, false otherwise).
+// the tokenizer (true for SentencePiece and the llama-bpe and deepseek-r1-qwen pre-tokenizers,
+// false otherwise).
 struct SpecialTokenIds {
   int32_t unk = -1;  // SentencePiece: stands for a character with neither a piece nor byte tokens
   int32_t bos = -1;

@@ -298,7 +298,7 @@ TEST(Synth, TinyLlama2HasLlama2sSentencePieceLayout) {
   EXPECT_EQ(tokens[319], "[PAD319]");
   for (size_t i = 299; i < 320; ++i) EXPECT_EQ(types[i], 5) << i;
 
-  const ChatFormat fmt = detect_chat_format(f, "");
+  const ChatFormat fmt = detect_chat_format(f, *Tokenizer::from_gguf(f), "");
   EXPECT_EQ(fmt.kind, ChatTemplate::Llama2);
   EXPECT_TRUE(fmt.default_system.empty());
   EXPECT_EQ(render_chat(fmt, {{"user", "hi"}}, true), "<s>[INST] hi [/INST]");

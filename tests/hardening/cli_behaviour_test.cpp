@@ -3,7 +3,8 @@
 // file is replaced), options that contradict each other, a --ctx above the trained context, an
 // unreadable chat input, the model given both ways in --help, BOS and special tokens in prompts,
 // random seeds, a missing pre-tokenizer, a Llama 2-style model (SentencePiece vocabulary, Llama 2
-// chat template) from synth to generate, and a benchmark that generates one token.
+// chat template) from synth to generate, also without the BOS / EOS id keys, and a benchmark that
+// generates one token.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -320,6 +321,30 @@ TEST(CliBehaviour, ALlama2StyleModelRunsFromSynthToChat) {
   const std::string& listing = r[2].out;
   EXPECT_TRUE(std::regex_search(listing, std::regex("\ntokenizer\\.ggml\\.model +\"llama\"\n"))) << listing;
   EXPECT_TRUE(std::regex_search(listing, std::regex("\ntokenizer\\.ggml\\.scores +\\[f32 x 320\\]"))) << listing;
+}
+
+TEST(CliBehaviour, ASentencePieceModelWithoutSpecialIdsChats) {
+  // Without tokenizer.ggml.bos_token_id / eos_token_id the SentencePiece tokenizer takes <s> and
+  // </s>; the chat prompt writes the same texts, so it opens with the BOS token (id 1).
+  const std::string t = tiny_llm_path();
+  ScratchDir dir;
+  const std::string full = dir.file("llama2.gguf");
+  const std::string m = dir.file("llama2-no-ids.gguf");
+  write_synth_model(tiny_llama2_test_model(), full);
+  ModelEdit edit;
+  edit.drop_keys = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"};
+  write_edited(*GgufFile::open(full), m, edit);
+  RunLimits chat_input;
+  chat_input.stdin_text = "hi\n";
+  const std::vector<RunResult> r = run_all({
+      {t, "tokenize", "-m", m, "<s>[INST] hi [/INST]"},
+      {t, "generate", "-m", m, "--backend", "cpu", "--chat", "-p", "hi", "--max-tokens", "4", "--stats"},
+  });
+  const RunResult chat = run({t, "chat", "-m", m, "--backend", "cpu", "-q", "--max-tokens", "4", "--stats"}, chat_input);
+  for (const RunResult& x : {r[0], r[1], chat}) expect_success(x);
+  EXPECT_EQ(r[0].out, "1 270 269 297 273 270 298 269 297\n") << r[0].describe();
+  EXPECT_EQ(stats_prompt_tokens(r[1]), 9);
+  EXPECT_EQ(stats_prompt_tokens(chat), 9);
 }
 
 TEST(CliBehaviour, BenchWithOneTokenLeavesDecodeUnmeasured) {

@@ -182,6 +182,15 @@ TEST(CliOptions, ChatSkipsAMessageLongerThanTheContext) {
   EXPECT_EQ(r.err, "") << r.describe();
 }
 
+TEST(CliOptions, ChatTemplateDeepSeekR1CanBeChosen) {
+  // The base model's tokenizer has BOS <|endoftext|> and no merges: the prompt
+  // "<|endoftext|><｜User｜>hi<｜Assistant｜>" is the BOS and then one token per byte (12 + 2 + 17).
+  const RunResult r = run({tiny_llm_path(), "generate", "-m", base_model_path(), "--backend", "cpu", "-q", "--chat",
+                           "--chat-template", "deepseek-r1", "-p", "hi", "-n", "2", "--stats"});
+  expect_success(r);
+  EXPECT_NE(r.err.find("[prompt 32 tokens"), std::string::npos) << r.describe();
+}
+
 TEST(CliOptions, BenchmarksRejectBadValues) {
   const std::string b = tiny_llm_bench_path();
   const std::string k = tiny_llm_kernel_bench_path();

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <memory>
 
 #include "hardening/hardening_util.h"
 #include "model/chat_template.h"
@@ -53,15 +54,19 @@ TEST(Regressions, GgufFilesAreRejectedCleanlyInProcess) {
     } catch (const GgufError& e) {
       expect_one_line_naming(path, e);
     }
+    std::unique_ptr<Tokenizer> tok;
     try {
-      Tokenizer::from_gguf(*f);
+      tok = Tokenizer::from_gguf(*f);
     } catch (const TokenizerError& e) {
       EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << e.what();
     }
-    try {
-      detect_chat_format(*f, "");
-    } catch (const ChatTemplateError& e) {
-      EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << e.what();
+    // The chat format takes its token texts from the tokenizer, so it is read only with one.
+    if (tok) {
+      try {
+        detect_chat_format(*f, *tok, "");
+      } catch (const ChatTemplateError& e) {
+        EXPECT_EQ(std::string(e.what()).rfind(path + ": ", 0), 0u) << e.what();
+      }
     }
     for (const TensorInfo& t : f->tensors()) {
       if (can_dequantize(t.type) && t.bytes <= (size_t(1) << 20)) (void)dequantize_tensor(t);

@@ -4,11 +4,13 @@
 #include <cstdio>
 #include <ctime>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "model/chat_template.h"
 #include "model/gguf.h"
+#include "model/tokenizer.h"
 
 namespace tllm {
 namespace {
@@ -71,10 +73,33 @@ const std::string kMistralRevisedTemplate =
     "        {%- else %}\n            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n        {%- endif %}\n"
     "    {%- elif message['role'] == 'assistant' %}\n        {{- ' ' + message['content'] + eos_token}}\n"
     "    {%- endif %}\n{%- endfor %}";
-// Mistral v0.3 writes "[/INST]" without a space before it, which the mistral format does not render.
+// Mistral v0.3 and Nemo write "[/INST]" right after the content and put the system message
+// before the last message; v0.3 strips each reply and writes a space before it.
 const std::string kMistralV3Template =
-    "{{- bos_token }}{%- for message in loop_messages %}{%- if message['role'] == 'user' %}"
-    "{{- '[INST] ' + message['content'] + '[/INST]' }}{%- endif %}{%- endfor %}";
+    "{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = messages[0][\"content\"] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n"
+    "{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- \"[INST] \" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- else %}\n            {{- \"[INST] \" + message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n"
+    "    {%- elif message[\"role\"] == \"assistant\" %}\n        {{- \" \" + message[\"content\"]|trim + eos_token}}\n"
+    "    {%- endif %}\n{%- endfor %}\n";
+const std::string kMistralNemoTemplate =
+    "{%- if messages[0][\"role\"] == \"system\" %}\n    {%- set system_message = messages[0][\"content\"] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n{%- else %}\n    {%- set loop_messages = messages %}\n{%- endif %}\n"
+    "{{- bos_token }}\n{%- for message in loop_messages %}\n    {%- if message[\"role\"] == \"user\" %}\n"
+    "        {%- if loop.last and system_message is defined %}\n"
+    "            {{- \"[INST]\" + system_message + \"\\n\\n\" + message[\"content\"] + \"[/INST]\" }}\n"
+    "        {%- else %}\n            {{- \"[INST]\" + message[\"content\"] + \"[/INST]\" }}\n        {%- endif %}\n"
+    "    {%- elif message[\"role\"] == \"assistant\" %}\n        {{- message[\"content\"] + eos_token}}\n"
+    "    {%- endif %}\n{%- endfor %}\n";
+// Mistral Small 3 writes the system message as [SYSTEM_PROMPT], which no format renders.
+const std::string kMistralSmall3Template =
+    "{{- bos_token }}\n\n{%- for message in messages %}\n    {%- if message['role'] == 'user' %}\n"
+    "        {{- '[INST]' + message['content'] + '[/INST]' }}\n    {%- elif message['role'] == 'system' %}\n"
+    "        {{- '[SYSTEM_PROMPT]' + message['content'] + '[/SYSTEM_PROMPT]' }}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n        {{- message['content'] + eos_token }}\n    {%- endif %}\n"
+    "{%- endfor %}";
 // Zephyr and TinyLlama-1.1B-Chat: a newline after each {{ }} stays in the output.
 const std::string kZephyrTemplate =
     "{% for message in messages %}\n{% if message['role'] == 'user' %}\n{{ '<|user|>\\n' + message['content'] + "
@@ -100,6 +125,27 @@ const std::string kLlama32Template =
     "        {%- set date_string = \"26 Jul 2024\" %}\n    {%- endif %}\n{%- endif %}\n"
     "{{- \"<|start_header_id|>system<|end_header_id|>\\n\\n\" }}\n"
     "{{- \"Cutting Knowledge Date: December 2023\\n\" }}\n{{- \"Today Date: \" + date_string + \"\\n\\n\" }}\n";
+
+// DeepSeek-R1-Distill-*: the last system message after the BOS, "<｜User｜>" turns, replies without
+// their reasoning; the later revision opens the reasoning block in the generation prompt.
+const std::string kDeepSeekR1Template =
+    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    "{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}"
+    "{%- for message in messages %}{%- if message['role'] == 'system' %}"
+    "{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}{{bos_token}}{{ns.system_prompt}}"
+    "{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}"
+    "{{'<｜User｜>' + message['content']}}{%- endif %}"
+    "{%- if message['role'] == 'assistant' and message['content'] is not none %}"
+    "{% set content = message['content'] %}{% if '</think>' in content %}"
+    "{% set content = content.split('</think>')[-1] %}{% endif %}"
+    "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor -%}"
+    "{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜>'}}{% endif %}";
+std::string deepseek_r1_think_template() {
+  std::string t = kDeepSeekR1Template;
+  t.replace(t.rfind("{{'<｜Assistant｜>'}}"), std::string("{{'<｜Assistant｜>'}}").size(),
+            "{{'<｜Assistant｜><think>\\n'}}");
+  return t;
+}
 
 ChatFormat format_of(ChatTemplate kind) {
   ChatFormat f;
@@ -144,9 +190,10 @@ TEST(ChatTemplate, ParseNames) {
   EXPECT_EQ(parse_chat_template_name("llama2"), ChatTemplate::Llama2);
   EXPECT_EQ(parse_chat_template_name("mistral"), ChatTemplate::Mistral);
   EXPECT_EQ(parse_chat_template_name("zephyr"), ChatTemplate::Zephyr);
-  EXPECT_STREQ(chat_template_names(), "chatml|llama3|llama2|mistral|zephyr|none");
+  EXPECT_EQ(parse_chat_template_name("deepseek-r1"), ChatTemplate::DeepSeekR1);
+  EXPECT_STREQ(chat_template_names(), "chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none");
   for (ChatTemplate t : {ChatTemplate::ChatML, ChatTemplate::Llama3, ChatTemplate::Llama2, ChatTemplate::Mistral,
-                         ChatTemplate::Zephyr, ChatTemplate::None}) {
+                         ChatTemplate::Zephyr, ChatTemplate::DeepSeekR1, ChatTemplate::None}) {
     EXPECT_EQ(parse_chat_template_name(chat_template_name(t)), t);
   }
 }
@@ -175,7 +222,7 @@ TEST(ChatTemplate, DetectsPlainChatMLAndLlama3) {
 TEST(ChatTemplate, UnknownTemplateIsAnError) {
   const std::string msg = error_of([] { detect_chat_format(kGemmaTemplate, false, ""); });
   EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none"), std::string::npos) << msg;
   // An override wins over an unrecognised template.
   EXPECT_EQ(detect_chat_format(kGemmaTemplate, false, "none").kind, ChatTemplate::None);
 }
@@ -242,13 +289,20 @@ TEST(ChatTemplate, DetectsLlama2MistralZephyr) {
   EXPECT_EQ(detect_chat_format(kZephyrTemplate, false, "").kind, ChatTemplate::Zephyr);
   // The texts stay for the caller to fill from its tokenizer.
   EXPECT_EQ(detect_chat_format(kLlama2Template, false, "").bos_text, "");
-  for (const std::string* t : {&kMistralV3Template, &kPhi3Template}) {
+  EXPECT_EQ(detect_chat_format(kMistralV3Template, false, "").mistral, MistralStyle::V3);
+  EXPECT_EQ(detect_chat_format(kMistralNemoTemplate, false, "").mistral, MistralStyle::Tekken);
+  // The v0.3 text with another placement of the system message is another format.
+  std::string first_user = kMistralV3Template;
+  first_user.replace(first_user.find("loop.last"), 9, "loop.first");
+  for (const std::string* t :
+       std::vector<const std::string*>{&kMistralSmall3Template, &first_user, &kPhi3Template}) {
     const std::string msg = error_of([&] { detect_chat_format(*t, false, ""); });
     EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
   }
   // An override takes the format's details from the template only when it is of that format.
   EXPECT_EQ(detect_chat_format(kMistralV01Template, false, "mistral").mistral, MistralStyle::SpaceAfterEos);
   EXPECT_EQ(detect_chat_format(kZephyrTemplate, false, "mistral").mistral, MistralStyle::Plain);
+  EXPECT_EQ(detect_chat_format(kMistralNemoTemplate, false, "mistral").mistral, MistralStyle::Tekken);
   EXPECT_EQ(detect_chat_format(kMistralTemplate, false, "llama2").kind, ChatTemplate::Llama2);
 }
 
@@ -320,6 +374,98 @@ TEST(ChatTemplate, RenderMistral) {
             "<s> [INST]  Be brief. \n\nHi [/INST] Hello.</s> [INST]  Bye  [/INST]");
 }
 
+// Mistral v0.3 and Nemo (expected strings from their official templates): the system message
+// goes before the last message, and is lost when the conversation ends with a reply.
+TEST(ChatTemplate, RenderMistralV3AndNemo) {
+  ChatFormat v3 = with_tokens(ChatTemplate::Mistral);
+  v3.mistral = MistralStyle::V3;
+  ChatFormat nemo = v3;
+  nemo.mistral = MistralStyle::Tekken;
+  struct Case {
+    std::vector<ChatMessage> msgs;
+    std::string v3, nemo;  // the renderings of the two templates
+  };
+  const std::vector<Case> cases = {
+      {{{"user", "你好"}}, "<s>[INST] 你好[/INST]", "<s>[INST]你好[/INST]"},
+      {{{"system", "You are a helpful assistant."}, {"user", "你好"}},
+       "<s>[INST] You are a helpful assistant.\n\n你好[/INST]",
+       "<s>[INST]You are a helpful assistant.\n\n你好[/INST]"},
+      {{{"user", " Hi \n"}, {"assistant", "  Hello! How can I help?  "}, {"user", "Tell me a joke."}},
+       "<s>[INST]  Hi \n[/INST] Hello! How can I help?</s>[INST] Tell me a joke.[/INST]",
+       "<s>[INST] Hi \n[/INST]  Hello! How can I help?  </s>[INST]Tell me a joke.[/INST]"},
+      {{{"system", " Be brief. "}, {"user", "Hi"}, {"assistant", "Hello."}, {"user", " Bye "}},
+       "<s>[INST] Hi[/INST] Hello.</s>[INST]  Be brief. \n\n Bye [/INST]",
+       "<s>[INST]Hi[/INST]Hello.</s>[INST] Be brief. \n\n Bye [/INST]"},
+      {{{"system", "S"}, {"user", "Hi"}, {"assistant", " Yo "}}, "<s>[INST] Hi[/INST] Yo</s>",
+       "<s>[INST]Hi[/INST] Yo </s>"},
+      {{{"system", "S"}}, "<s>", "<s>"},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(render_chat(v3, c.msgs, true), c.v3);
+    EXPECT_EQ(render_chat(nemo, c.msgs, true), c.nemo);
+  }
+
+  for (const ChatFormat& f : {v3, nemo}) {
+    std::string msg = error_of([&] { render_chat(f, {{"user", "A"}, {"user", "B"}}, true); });
+    EXPECT_NE(msg.find("message 2 is a 'user' message"), std::string::npos) << msg;
+    msg = error_of([&] { render_chat(f, {{"user", "A"}, {"tool", "B"}}, true); });
+    EXPECT_NE(msg.find("message 2 is a 'tool' message"), std::string::npos) << msg;
+  }
+}
+
+TEST(ChatTemplate, DetectsDeepSeekR1) {
+  const ChatFormat first = detect_chat_format(kDeepSeekR1Template, false, "");
+  EXPECT_EQ(first.kind, ChatTemplate::DeepSeekR1);
+  EXPECT_FALSE(first.think_prompt);
+  const ChatFormat later = detect_chat_format(deepseek_r1_think_template(), false, "");
+  EXPECT_EQ(later.kind, ChatTemplate::DeepSeekR1);
+  EXPECT_TRUE(later.think_prompt);
+  EXPECT_TRUE(detect_chat_format(deepseek_r1_think_template(), false, "deepseek-r1").think_prompt);
+  EXPECT_FALSE(detect_chat_format(kZephyrTemplate, false, "deepseek-r1").think_prompt);
+  // A template that joins the system messages renders otherwise.
+  std::string joined = kDeepSeekR1Template;
+  const std::string keep_last = "{% set ns.system_prompt = message['content'] %}";
+  joined.replace(joined.find(keep_last), keep_last.size(),
+                 "{% set ns.system_prompt = ns.system_prompt + '\\n\\n' + message['content'] %}");
+  const std::string msg = error_of([&] { detect_chat_format(joined, false, ""); });
+  EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
+}
+
+// Expected strings from the official DeepSeek-R1-Distill-Qwen templates (both revisions).
+TEST(ChatTemplate, RenderDeepSeekR1) {
+  ChatFormat f = format_of(ChatTemplate::DeepSeekR1);
+  f.bos_text = "<｜begin▁of▁sentence｜>";
+  const std::string bos = f.bos_text;
+  const std::vector<ChatMessage> turns = {
+      {"user", "1+1?"}, {"assistant", "<think>\nadd\n</think>\n\n2"}, {"user", "2+2?"}};
+  // Only the last system message counts, wherever it stands; a reply keeps what follows its last
+  // "</think>".
+  const std::vector<ChatMessage> scattered = {
+      {"user", "A"}, {"system", "S1"}, {"assistant", "x</think>y</think> z "}, {"system", "S2"}};
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true), bos + "<｜User｜>你好<｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, false), bos + "<｜User｜>你好");
+  EXPECT_EQ(render_chat(f, {{"system", "You are a helpful assistant."}, {"user", "你好"}}, true),
+            bos + "You are a helpful assistant.<｜User｜>你好<｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, turns, true),
+            bos + "<｜User｜>1+1?<｜Assistant｜>\n\n2<｜end▁of▁sentence｜><｜User｜>2+2?<｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, scattered, false), bos + "S2<｜User｜>A<｜Assistant｜> z <｜end▁of▁sentence｜>");
+  EXPECT_EQ(render_chat(f, {{"assistant", "A"}, {"assistant", "B"}}, true),
+            bos + "<｜Assistant｜>A<｜end▁of▁sentence｜><｜Assistant｜>B<｜end▁of▁sentence｜><｜Assistant｜>");
+  EXPECT_EQ(render_chat(f, {}, true), bos + "<｜Assistant｜>");
+  f.think_prompt = true;
+  EXPECT_EQ(render_chat(f, turns, true),
+            bos + "<｜User｜>1+1?<｜Assistant｜>\n\n2<｜end▁of▁sentence｜><｜User｜>2+2?<｜Assistant｜><think>\n");
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, false), bos + "<｜User｜>你好");
+
+  std::string msg = error_of([&] { render_chat(f, {{"user", "A"}, {"tool", "B"}}, true); });
+  EXPECT_NE(msg.find("the deepseek-r1 chat format takes system, user and assistant messages, not 'tool'"),
+            std::string::npos)
+      << msg;
+  f.bos_text.clear();
+  msg = error_of([&] { render_chat(f, {{"user", "A"}}, true); });
+  EXPECT_NE(msg.find("the deepseek-r1 chat format writes the BOS token as text"), std::string::npos) << msg;
+}
+
 TEST(ChatTemplate, RenderZephyr) {
   ChatFormat f = with_tokens(ChatTemplate::Zephyr);
   f.bos_text = "";  // the template writes no BOS
@@ -387,92 +533,119 @@ TEST(ChatTemplate, RenderErrors) {
   }
 }
 
+// A GGUF file holding a chat template (none when empty) and a SentencePiece vocabulary: `tokens`
+// and `types` as tokenizer.ggml.tokens / token_type. A negative bos / eos leaves that id out.
+std::string write_vocab_file(const std::string& name, const std::string& tmpl, const std::vector<std::string>& tokens,
+                             const std::vector<int32_t>& types, int64_t bos, int64_t eos) {
+  GgufWriter w;
+  w.set_string("general.architecture", "llama");
+  if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
+  w.set_string("tokenizer.ggml.model", "llama");
+  w.set_string_array("tokenizer.ggml.tokens", tokens);
+  w.set_i32_array("tokenizer.ggml.token_type", types);
+  w.set_f32_array("tokenizer.ggml.scores", std::vector<float>(tokens.size(), 0.0f));
+  if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
+  if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
+  const std::string path = ::testing::TempDir() + "chat_template_test_" + name + ".gguf";
+  w.write(path, [](size_t, uint8_t*, size_t) {});
+  return path;
+}
+
+// The format detected for the file at `path` with the tokenizer loaded from it.
+ChatFormat detect_file(const std::string& path, const std::string& override_name = "") {
+  const std::unique_ptr<GgufFile> f = GgufFile::open(path);
+  return detect_chat_format(*f, *Tokenizer::from_gguf(*f), override_name);
+}
+
 TEST(ChatTemplate, FromGguf) {
-  const std::string dir = ::testing::TempDir();
   auto write = [&](const std::string& name, const std::string& tmpl, bool im_start) {
-    GgufWriter w;
-    w.set_string("general.architecture", "qwen2");
-    if (!tmpl.empty()) w.set_string("tokenizer.chat_template", tmpl);
-    std::vector<std::string> tokens = {"a", "b"};
-    if (im_start) tokens.push_back("<|im_start|>");
-    w.set_string_array("tokenizer.ggml.tokens", tokens);
-    const std::string path = dir + "chat_template_test_" + name + ".gguf";
-    w.write(path, [](size_t, uint8_t*, size_t) {});
-    return path;
+    std::vector<std::string> tokens = {"<unk>", "a"};
+    std::vector<int32_t> types = {2, 1};
+    if (im_start) {
+      tokens.push_back("<|im_start|>");
+      types.push_back(3);
+    }
+    return write_vocab_file(name, tmpl, tokens, types, -1, -1);
   };
   const std::string qwen = write("qwen", kQwen25Template, true);
-  const ChatFormat f = detect_chat_format(*GgufFile::open(qwen), "");
+  const ChatFormat f = detect_file(qwen);
   EXPECT_EQ(f.kind, ChatTemplate::ChatML);
   EXPECT_EQ(f.default_system, "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.");
 
   const std::string bare_chatml = write("bare_chatml", "", true);
-  EXPECT_EQ(detect_chat_format(*GgufFile::open(bare_chatml), "").kind, ChatTemplate::ChatML);
+  EXPECT_EQ(detect_file(bare_chatml).kind, ChatTemplate::ChatML);
 
   const std::string bare = write("bare", "", false);
-  const std::string msg = error_of([&] { detect_chat_format(*GgufFile::open(bare), ""); });
+  const std::string msg = error_of([&] { detect_file(bare); });
   EXPECT_EQ(msg.find(bare), 0u) << msg;
-  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|none"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--chat-template chatml|llama3|llama2|mistral|zephyr|deepseek-r1|none"), std::string::npos) << msg;
 
   const std::string gemma = write("gemma", kGemmaTemplate, false);
-  const std::string unknown = error_of([&] { detect_chat_format(*GgufFile::open(gemma), ""); });
+  const std::string unknown = error_of([&] { detect_file(gemma); });
   EXPECT_EQ(unknown.find(gemma), 0u) << unknown;
   EXPECT_NE(unknown.find("unknown chat template"), std::string::npos) << unknown;
 
   for (const std::string& p : {qwen, bare_chatml, bare, gemma}) std::remove(p.c_str());
 }
 
+// The BOS and EOS texts are those of the tokenizer loaded from the file.
 TEST(ChatTemplate, FromGgufTokenTexts) {
-  const std::string dir = ::testing::TempDir();
-  // A SentencePiece-style vocabulary: <unk> 0, <s> 1, </s> 2.
+  // A SentencePiece vocabulary: <unk> 0, <s> 1, </s> 2 (control), a 3, and a control token <eos2>.
+  const std::vector<std::string> pieces = {"<unk>", "<s>", "</s>", "a", "<eos2>"};
+  const std::vector<int32_t> types = {2, 3, 3, 1, 3};
   auto write = [&](const std::string& name, const std::string& tmpl, int64_t bos, int64_t eos) {
-    GgufWriter w;
-    w.set_string("general.architecture", "llama");
-    w.set_string("tokenizer.chat_template", tmpl);
-    w.set_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "a"});
-    if (bos >= 0) w.set_u32("tokenizer.ggml.bos_token_id", uint32_t(bos));
-    if (eos >= 0) w.set_u32("tokenizer.ggml.eos_token_id", uint32_t(eos));
-    const std::string path = dir + "chat_template_test_" + name + ".gguf";
-    w.write(path, [](size_t, uint8_t*, size_t) {});
-    return path;
+    return write_vocab_file(name, tmpl, pieces, types, bos, eos);
   };
   const std::string llama2 = write("llama2", kLlama2Template, 1, 2);
-  const ChatFormat f = detect_chat_format(*GgufFile::open(llama2), "");
+  const ChatFormat f = detect_file(llama2);
   EXPECT_EQ(f.kind, ChatTemplate::Llama2);
   EXPECT_EQ(f.bos_text, "<s>");
   EXPECT_EQ(f.eos_text, "</s>");
   EXPECT_EQ(render_chat(f, {{"user", "你好"}, {"assistant", "Hi"}}, true), "<s>[INST] 你好 [/INST] Hi </s>");
 
-  const std::string mistral = write("mistral", kMistralV01Template, 1, 2);
-  const ChatFormat m = detect_chat_format(*GgufFile::open(mistral), "");
+  // Without the id keys the SentencePiece tokenizer takes <s> and </s>, and so does the format.
+  const std::string no_ids = write("no_ids", kLlama2Template, -1, -1);
+  const ChatFormat n = detect_file(no_ids);
+  EXPECT_EQ(n.bos_text, "<s>");
+  EXPECT_EQ(n.eos_text, "</s>");
+  EXPECT_EQ(render_chat(n, {{"user", "你好"}, {"assistant", "Hi"}}, true), "<s>[INST] 你好 [/INST] Hi </s>");
+
+  // Another EOS id gives that token's text.
+  const std::string other_eos = write("other_eos", kMistralV01Template, 1, 4);
+  const ChatFormat m = detect_file(other_eos);
   EXPECT_EQ(m.kind, ChatTemplate::Mistral);
   EXPECT_EQ(m.mistral, MistralStyle::SpaceAfterEos);
-  EXPECT_EQ(render_chat(m, {{"user", "你好"}}, true), "<s>[INST] 你好 [/INST]");
+  EXPECT_EQ(render_chat(m, {{"user", "你好"}, {"assistant", "Hi"}}, false), "<s>[INST] 你好 [/INST]Hi<eos2> ");
 
-  // Zephyr needs only the EOS text.
+  // Zephyr writes only the EOS text; Llama 3 none.
   const std::string zephyr = write("zephyr", kZephyrTemplate, -1, 2);
-  const ChatFormat z = detect_chat_format(*GgufFile::open(zephyr), "");
+  const ChatFormat z = detect_file(zephyr);
   EXPECT_EQ(z.kind, ChatTemplate::Zephyr);
-  EXPECT_EQ(z.bos_text, "");
   EXPECT_EQ(render_chat(z, {{"user", "你好"}}, true), "<|user|>\n你好</s>\n<|assistant|>\n");
-
   const std::string llama31 = write("llama31", kLlama31Template, -1, -1);
-  const ChatFormat l = detect_chat_format(*GgufFile::open(llama31), "");
+  const ChatFormat l = detect_file(llama31);
   EXPECT_EQ(l.kind, ChatTemplate::Llama3);
   EXPECT_EQ(l.today_date, "26 Jul 2024");
 
-  // A missing or out-of-range id is an error that names the file and the key.
-  const std::string no_eos = write("no_eos", kLlama2Template, 1, -1);
-  std::string msg = error_of([&] { detect_chat_format(*GgufFile::open(no_eos), ""); });
-  EXPECT_EQ(msg.find(no_eos), 0u) << msg;
-  EXPECT_NE(msg.find("tokenizer.ggml.eos_token_id"), std::string::npos) << msg;
-  const std::string bad_bos = write("bad_bos", kMistralTemplate, 4, 2);
-  msg = error_of([&] { detect_chat_format(*GgufFile::open(bad_bos), ""); });
-  EXPECT_NE(msg.find("tokenizer.ggml.bos_token_id is missing or outside tokenizer.ggml.tokens"), std::string::npos)
+  // A vocabulary without <s> and </s> has no BOS or EOS: the formats that write them cannot render,
+  // and the error names the file; one that writes neither is fine.
+  const std::string bpe = write_vocab_file("no_bos", kLlama2Template, {"<unk>", "a"}, {2, 1}, -1, -1);
+  const std::string msg = error_of([&] { detect_file(bpe); });
+  EXPECT_EQ(msg.find(bpe + ": "), 0u) << msg;
+  EXPECT_NE(msg.find("the llama2 chat format writes the BOS token as text, and the tokenizer has no BOS token"),
+            std::string::npos)
       << msg;
-  // The same file with a format that writes no token text is fine.
-  EXPECT_EQ(detect_chat_format(*GgufFile::open(bad_bos), "chatml").kind, ChatTemplate::ChatML);
+  EXPECT_EQ(detect_file(bpe, "chatml").kind, ChatTemplate::ChatML);
 
-  for (const std::string& p : {llama2, mistral, zephyr, llama31, no_eos, bad_bos}) std::remove(p.c_str());
+  // DeepSeek-R1 writes its tokenizer's BOS text.
+  const std::string r1 = write_vocab_file("r1", kDeepSeekR1Template,
+                                          {"<unk>", "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", "a"},
+                                          {2, 3, 3, 1}, 1, 2);
+  const ChatFormat d = detect_file(r1);
+  EXPECT_EQ(d.kind, ChatTemplate::DeepSeekR1);
+  EXPECT_EQ(render_chat(d, {{"user", "你好"}}, true), "<｜begin▁of▁sentence｜><｜User｜>你好<｜Assistant｜>");
+
+  for (const std::string& p : {llama2, no_ids, other_eos, zephyr, llama31, bpe, r1}) std::remove(p.c_str());
 }
 
 }  // namespace

@@ -184,6 +184,23 @@ TEST(Tokenizer, Qwen2NormalisesToNfc) {
   EXPECT_EQ(gpt2->decode(gpt2->encode("e\xCC\x81")), "e\xCC\x81");
 }
 
+// deepseek-r1-qwen is Qwen2's pre-tokenizer (NFC, the same split) with BOS prepended by default.
+TEST(Tokenizer, DeepSeekR1QwenIsQwen2WithBos) {
+  const auto tok = Vocab().build("deepseek-r1-qwen");
+  EXPECT_EQ(tok->pre_tokenizer(), "deepseek-r1-qwen");
+  for (const SplitCase& c : kSplits) {
+    if (std::string(c.pre) == "qwen2") {
+      EXPECT_EQ(tok->pre_tokenize(c.text), c.pieces) << "'" << c.text << "'";
+    }
+  }
+  EXPECT_EQ(tok->pre_tokenize("x e\xCC\x81x"), std::vector<std::string>({"x", " \xC3\xA9x"}));
+  EXPECT_EQ(tok->decode(tok->encode("e\xCC\x81")), "\xC3\xA9");
+  EXPECT_TRUE(tok->add_bos());
+  SpecialTokenIds ids;
+  ids.add_bos = false;
+  EXPECT_FALSE(Vocab().build("deepseek-r1-qwen", ids)->add_bos());
+}
+
 TEST(Tokenizer, SpecialTokensParsedOrNot) {
   Vocab v;
   const int32_t im_end = v.add_raw("<|im_end|>", TokenType::Control);
@@ -276,6 +293,19 @@ TEST(Tokenizer, EndOfGeneration) {
   EXPECT_FALSE(tok->is_end_of_generation(start));
   EXPECT_FALSE(tok->is_end_of_generation('a'));
   EXPECT_FALSE(tok->is_end_of_generation(-1));
+}
+
+// DeepSeek-R1 and its distills end a reply with <｜end▁of▁sentence｜> (their EOS); it ends
+// generation by its text too, where a file names another EOS or none.
+TEST(Tokenizer, EndOfGenerationDeepSeek) {
+  Vocab v;
+  const int32_t bos = v.add_raw("<｜begin▁of▁sentence｜>", TokenType::Control);
+  const int32_t eos = v.add_raw("<｜end▁of▁sentence｜>", TokenType::Control);
+  const int32_t user = v.add_raw("<｜User｜>", TokenType::UserDefined);
+  const auto tok = v.build("deepseek-r1-qwen");
+  EXPECT_TRUE(tok->is_end_of_generation(eos));
+  EXPECT_FALSE(tok->is_end_of_generation(bos));
+  EXPECT_FALSE(tok->is_end_of_generation(user));
 }
 
 // Llama 2, Mistral and Zephyr end a turn with the EOS token "</s>", which their chat formats also

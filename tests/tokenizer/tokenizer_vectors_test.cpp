@@ -118,6 +118,31 @@ TEST(TokenizerVectors, Qwen2) {
   }
 }
 
+// DeepSeek-R1-Distill-Qwen-* ship Qwen2's vocabulary and merges with their own special tokens,
+// and a tokenizer.json with Qwen2's NFC normalizer and split regex: the Qwen2 vectors give the
+// same ids under tokenizer.ggml.pre "deepseek-r1-qwen", which also prepends BOS by default.
+TEST(TokenizerVectors, DeepSeekR1QwenIsQwen2) {
+  REQUIRE_DATA(kQwen2Dir + "/vocab.json");
+  REQUIRE_DATA(kVectors + "/ggml-vocab-qwen2.gguf.inp");
+  const std::unique_ptr<Tokenizer> tok = Tokenizer::from_hf_folder(
+      kQwen2Dir, "deepseek-r1-qwen",
+      {{"<\xEF\xBD\x9C" "end\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", 151643, TokenType::Control},
+       {"<\xEF\xBD\x9CUser\xEF\xBD\x9C>", 151644, TokenType::UserDefined},
+       {"<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>", 151645, TokenType::UserDefined},
+       {"<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>", 151646, TokenType::Control}});
+  EXPECT_TRUE(tok->add_bos());
+  const std::vector<Vector> vectors = read_vectors(kVectors + "/ggml-vocab-qwen2.gguf");
+  ASSERT_EQ(vectors.size(), 46u);
+  for (size_t i = 0; i < vectors.size(); ++i) {
+    const Vector& v = vectors[i];
+    EXPECT_EQ(ids_str(tok->encode(v.text, /*parse_special=*/false)), ids_str(v.ids)) << "vector " << i;
+  }
+  // A chat prompt, as the reference tokenizer encodes it.
+  EXPECT_EQ(ids_str(tok->encode("<\xEF\xBD\x9C" "begin\xE2\x96\x81of\xE2\x96\x81sentence\xEF\xBD\x9C>"
+                                "<\xEF\xBD\x9CUser\xEF\xBD\x9C>Hello, world!<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C>")),
+            "151646 151644 9707 11 1879 0 151645");
+}
+
 TEST(TokenizerVectors, Gpt2FromGguf) {
   const std::string gguf = kVectors + "/ggml-vocab-gpt-2.gguf";
   REQUIRE_DATA(gguf);
