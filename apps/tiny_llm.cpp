@@ -112,13 +112,16 @@ void check_run_options(RunOptions& o) {
   }
 }
 
-void print_stats(const GenerationResult& r, uint64_t seed) {
+// `reused` (chat): the conversation's tokens already in the context, which did not run again.
+void print_stats(const GenerationResult& r, uint64_t seed, int reused = -1) {
   double decode_ms = 0;
   for (double t : r.token_ms) decode_ms += t;
+  const std::string kept = reused >= 0 ? " (" + std::to_string(reused) + " reused from the context)" : "";
   std::fprintf(stderr,
-               "\n[prompt %d tokens, %.1f ms (%.1f tok/s); generated %zu tokens, TTFT %.1f ms, %.2f tok/s; stop: %s; "
-               "seed %llu]\n",
-               r.n_prompt, r.prefill_ms, r.prefill_ms > 0 ? 1000.0 * r.n_prompt / r.prefill_ms : 0.0, r.tokens.size(),
+               "\n[prompt %d tokens%s, %.1f ms (%.1f tok/s); generated %zu tokens, TTFT %.1f ms, %.2f tok/s; "
+               "stop: %s; seed %llu]\n",
+               r.n_prompt, kept.c_str(), r.prefill_ms, r.prefill_ms > 0 ? 1000.0 * r.n_prompt / r.prefill_ms : 0.0,
+               r.tokens.size(),
                r.ttft_ms, decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0,
                stop_reason_name(r.stop), (unsigned long long)seed);
 }
@@ -212,7 +215,7 @@ int cmd_chat(RunOptions& o) {
   std::vector<ChatMessage> msgs;
   if (!o.system.empty()) msgs.push_back({"system", o.system});
   const size_t n_fixed = msgs.size();
-  std::string cached;  // the text whose tokens are in the cache (prompt + reply so far)
+  const int n_ctx = lm.model->n_ctx();
   if (tty) std::fprintf(stderr, "chat with %s; /reset clears the conversation, /exit quits\n", o.req.path.c_str());
   std::string line;
   for (;;) {
@@ -224,45 +227,32 @@ int cmd_chat(RunOptions& o) {
     if (line == "/exit" || line == "/quit") break;
     if (line == "/reset") {
       msgs.resize(n_fixed);
-      cached.clear();
       session.reset();
       std::printf("[conversation cleared]\n");
       continue;
     }
     if (line.empty()) continue;
     msgs.push_back({"user", line});
-    const std::string full = render_chat(fmt, msgs, /*add_generation_prompt=*/true);
-    std::string fresh;
-    if (!cached.empty() && full.compare(0, cached.size(), cached) == 0) {
-      fresh = full.substr(cached.size());  // only the new turn goes through the model
-    } else {
-      session.reset();
-      cached.clear();
-      fresh = full;
-    }
-    // A conversation's first tokens start the context: a BOS first where the tokenizer asks for one.
-    std::vector<int32_t> ids = session.n_past() == 0 ? encode_prompt(tok, fresh, /*parse_special=*/true)
-                                                     : tok.encode(fresh, /*parse_special=*/true);
-    if (session.n_past() + int64_t(ids.size()) + 1 >= lm.model->n_ctx()) {
-      // Only earlier turns can be cleared to make room; with none, this message alone does not fit.
-      if (msgs.size() > n_fixed + 1) {
-        std::printf("[the context of %d tokens is full; conversation cleared]\n", lm.model->n_ctx());
-        msgs.erase(msgs.begin() + long(n_fixed), msgs.end() - 1);
-      }
-      session.reset();
-      cached.clear();
+    // Each turn encodes the whole conversation as the template renders it, BOS first where the
+    // tokenizer asks for one, and keeps the tokens the context already holds: only what is new
+    // runs through the model. Where a template rewrites earlier turns (Llama 2 and Mistral strip
+    // the replies), the context is rerun from the first token that differs.
+    std::vector<int32_t> ids = encode_prompt(tok, render_chat(fmt, msgs, /*add_generation_prompt=*/true), true);
+    if (int64_t(ids.size()) + 1 >= n_ctx && msgs.size() > n_fixed + 1) {
+      // Only earlier turns can be cleared to make room.
+      std::printf("[the context of %d tokens is full; conversation cleared]\n", n_ctx);
+      msgs.erase(msgs.begin() + long(n_fixed), msgs.end() - 1);
       ids = encode_prompt(tok, render_chat(fmt, msgs, true), true);
-      if (int64_t(ids.size()) + 1 >= lm.model->n_ctx()) {
-        std::printf("[the message alone does not fit the context]\n");
-        msgs.resize(n_fixed);
-        continue;
-      }
     }
-    cached = render_chat(fmt, msgs, true);
-    const GenerationResult r = stream_reply(session, tok, ids, o.max_tokens);
-    std::string reply;
-    for (int32_t id : r.tokens) reply += tok.token_bytes(id);
-    cached += reply;
+    if (int64_t(ids.size()) + 1 >= n_ctx) {
+      std::printf("[the message alone does not fit the context]\n");
+      msgs.resize(n_fixed);
+      session.reset();
+      continue;
+    }
+    const size_t reused = session.reuse_prefix(ids);
+    const GenerationResult r =
+        stream_reply(session, tok, std::vector<int32_t>(ids.begin() + long(reused), ids.end()), o.max_tokens);
     // The assistant message as the template will render it next turn (end token excluded).
     std::string content;
     for (int32_t id : r.tokens) {
@@ -270,12 +260,11 @@ int cmd_chat(RunOptions& o) {
     }
     msgs.push_back({"assistant", content});
     if (r.stop == StopReason::ContextFull) {
-      std::printf("[the context of %d tokens is full; conversation cleared]\n", lm.model->n_ctx());
+      std::printf("[the context of %d tokens is full; conversation cleared]\n", n_ctx);
       msgs.resize(n_fixed);
       session.reset();
-      cached.clear();
     }
-    if (o.stats) print_stats(r, o.sampling.seed);
+    if (o.stats) print_stats(r, o.sampling.seed, int(reused));
   }
   return 0;
 }

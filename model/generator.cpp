@@ -80,6 +80,15 @@ void Session::reset() {
   pending_ = -1;
 }
 
+size_t Session::reuse_prefix(const std::vector<int32_t>& ids) {
+  const size_t limit = ids.empty() ? 0 : std::min(history_.size(), ids.size() - 1);
+  size_t kept = 0;
+  while (kept < limit && history_[kept] == ids[kept]) ++kept;
+  history_.resize(kept);
+  pending_ = -1;
+  return kept;
+}
+
 int32_t Session::pick() {
   if (sampler_.params().is_plain_greedy()) return model_.argmax();
   const int n_vocab = model_.config().n_vocab;

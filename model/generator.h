@@ -89,6 +89,12 @@ class Session {
   int32_t pending() const { return pending_; }
   // Empties the context (the cache rows are simply overwritten later).
   void reset();
+  // Prepares the context for a prompt that starts the whole conversation again (`ids`, BOS and
+  // all): keeps the longest run of the context's tokens that `ids` opens with, drops the rest
+  // (and the pending token) and returns the number kept. The caller passes ids[kept...] to
+  // generate(), so only what changed runs through the model. At least the last token of `ids`
+  // is left to run, as its logits choose the next token.
+  size_t reuse_prefix(const std::vector<int32_t>& ids);
   int n_past() const { return int(history_.size()); }
   const std::vector<int32_t>& history() const { return history_; }
   Model& model() { return model_; }

@@ -347,6 +347,32 @@ TEST(CliBehaviour, ASentencePieceModelWithoutSpecialIdsChats) {
   EXPECT_EQ(stats_prompt_tokens(chat), 9);
 }
 
+// Each chat turn encodes the whole conversation and runs only what the context does not hold: the
+// first turn's prompt is reused by the second, also where the template rewrites earlier replies
+// (Llama 2 strips them, so what follows the first reply runs again).
+TEST(CliBehaviour, ChatTurnsReuseTheContext) {
+  const std::string t = tiny_llm_path();
+  ScratchDir dir;
+  const std::string llama2 = dir.file("llama2.gguf");
+  write_synth_model(tiny_llama2_test_model(), llama2);
+  RunLimits turns;
+  turns.stdin_text = "hi\nand again\n/reset\nhi\n";
+  for (const std::string& m : {base_model_path(), llama2}) {
+    const RunResult r = run({t, "chat", "-m", m, "-n", "3", "--backend", "cpu", "-q", "--stats"}, turns);
+    expect_success(r);
+    std::vector<std::pair<int, int>> prompts;  // (tokens run, tokens reused) per turn
+    const std::regex line("\\[prompt ([0-9]+) tokens \\(([0-9]+) reused from the context\\)");
+    for (std::sregex_iterator it(r.err.begin(), r.err.end(), line), end; it != end; ++it) {
+      prompts.emplace_back(std::stoi((*it)[1]), std::stoi((*it)[2]));
+    }
+    ASSERT_EQ(prompts.size(), 3u) << r.describe();
+    EXPECT_EQ(prompts[0].second, 0) << r.describe();
+    EXPECT_GE(prompts[1].second, prompts[0].first) << r.describe();
+    EXPECT_GT(prompts[1].first, 0) << r.describe();
+    EXPECT_EQ(prompts[2], prompts[0]) << "after /reset the first turn runs again in full: " << r.describe();
+  }
+}
+
 TEST(CliBehaviour, BenchWithOneTokenLeavesDecodeUnmeasured) {
   // -n 1 takes its only token from prefill: no decode step, so no TPOT, decode rate or GB/s.
   const std::vector<std::string> base = {tiny_llm_bench_path(), base_model_path(), "--backend", "cpu", "-q", "-n", "1",

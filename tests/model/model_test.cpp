@@ -247,6 +247,48 @@ TEST_P(ModelTest, GreedyRunAheadMatchesStepByStep) {
   EXPECT_EQ(s.n_past(), int(toks.size()) + 4 + 1 + int(extra.size()) + 9);
 }
 
+// A conversation encoded again from its start keeps the context's tokens it opens with: the rest
+// of the context and the pending token are dropped, and generation goes on from the first token
+// that differs, with the tokens of the plain loop that overwrites those rows. A prompt the context
+// holds entirely keeps its last token to run.
+TEST_P(ModelTest, ReusePrefixKeepsTheCommonTokens) {
+  Loaded l = load(synth_file(arch()), backend());
+  Model& m = *l.model;
+  const auto toks = test_prompt(8, m.config().n_vocab);
+  const std::vector<int32_t> first = plain_greedy(m, toks, 0, 5);
+  // The conversation again: the prompt, two of the generated tokens, then new ones.
+  std::vector<int32_t> again = toks;
+  again.insert(again.end(), first.begin(), first.begin() + 2);
+  const std::vector<int32_t> extra = {5, 6, 7};
+  again.insert(again.end(), extra.begin(), extra.end());
+  const std::vector<int32_t> want = plain_greedy(m, extra, int(toks.size()) + 2, 6);
+
+  Session s(m, SamplerParams{}, {});
+  GenerateOptions g;
+  g.max_tokens = 5;
+  g.stop_at_end_token = false;
+  EXPECT_EQ(s.generate(toks, g).tokens, first);
+  ASSERT_EQ(s.n_past(), int(toks.size()) + 4);
+  EXPECT_EQ(s.pending(), first.back());
+  const size_t kept = s.reuse_prefix(again);
+  EXPECT_EQ(kept, toks.size() + 2);
+  EXPECT_EQ(s.n_past(), int(kept));
+  EXPECT_EQ(s.pending(), -1);
+  g.max_tokens = 6;
+  const GenerationResult r = s.generate(std::vector<int32_t>(again.begin() + long(kept), again.end()), g);
+  EXPECT_EQ(r.n_prompt, int(extra.size()));
+  EXPECT_EQ(r.tokens, want);
+
+  // Everything in the context: the last token runs again. A different first token keeps nothing.
+  const std::vector<int32_t> held(s.history().begin(), s.history().begin() + 4);
+  EXPECT_EQ(s.reuse_prefix(held), 3u);
+  std::vector<int32_t> other = held;
+  other[0] = held[0] == 1 ? 2 : 1;
+  EXPECT_EQ(s.reuse_prefix(other), 0u);
+  EXPECT_EQ(s.n_past(), 0);
+  EXPECT_EQ(s.reuse_prefix({}), 0u);
+}
+
 // The token times add up to the whole decode: the clock starts before GreedyRuns queues its first
 // runs, which on the CPU backend compute while they are queued (and launched one by one on a GPU
 // take the host milliseconds while the device runs them). Counted, not timed: with a clock that
