@@ -236,7 +236,8 @@ int cmd_chat(RunOptions& o) {
     // Each turn encodes the whole conversation as the template renders it, BOS first where the
     // tokenizer asks for one, and keeps the tokens the context already holds: only what is new
     // runs through the model. Where a template rewrites earlier turns (Llama 2 and Mistral strip
-    // the replies), the context is rerun from the first token that differs.
+    // the replies, DeepSeek-R1 drops their reasoning), the context is rerun from the first token
+    // that differs.
     std::vector<int32_t> ids = encode_prompt(tok, render_chat(fmt, msgs, /*add_generation_prompt=*/true), true);
     if (int64_t(ids.size()) + 1 >= n_ctx && msgs.size() > n_fixed + 1) {
       // Only earlier turns can be cleared to make room.
