@@ -619,6 +619,41 @@ void quant_q6_k(const float* x, uint8_t* b) {
   }
 }
 
+// TQ1_0 / TQ2_0 (ggml's reference): d = max|x| and each value's trit is round(x / max|x|) + 1, in
+// 0..2; values that are -a, 0 or a (a representable in fp16) come back exactly.
+void ternary_trits(const float* x, uint8_t* b, int d_offset, int* t) {
+  const float amax = max_abs(x, 256);
+  const float id = amax != 0 ? 1.0f / amax : 0.0f;
+  store_half(b + d_offset, float_to_half(amax));
+  for (int j = 0; j < 256; ++j) t[j] = clamp_int(nearest(x[j] * id), -1, 1) + 1;
+}
+
+void quant_tq1_0(const float* x, uint8_t* b) {
+  int t[256];
+  ternary_trits(x, b, 52, t);
+  int first = 0;  // the value the current run starts at
+  for (const Tq1Run& run : kTq1Runs) {
+    for (int m = 0; m < run.bytes; ++m) {
+      int n3 = 0;  // the byte's trits as a base-3 number of five digits, the first most significant
+      for (int n = 0; n < 5; ++n) n3 = 3 * n3 + (n < run.trits ? t[first + n * run.bytes + m] : 0);
+      b[run.offset + m] = uint8_t((n3 * 256 + 242) / 243);
+    }
+    first += run.trits * run.bytes;
+  }
+}
+
+void quant_tq2_0(const float* x, uint8_t* b) {
+  int t[256];
+  ternary_trits(x, b, 64, t);
+  for (int h = 0; h < 2; ++h) {
+    for (int m = 0; m < 32; ++m) {
+      int q = 0;
+      for (int l = 0; l < 4; ++l) q |= t[128 * h + 32 * l + m] << (2 * l);
+      b[32 * h + m] = uint8_t(q);
+    }
+  }
+}
+
 half_t float_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
@@ -727,30 +762,25 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::BF16:
       for (int64_t j = 0; j < n; ++j) store_half(d + 2 * j, float_to_bf16(src[j]));
       return;
-    case GgmlType::Q4_0:
-      for (int64_t i = 0; i < n / 32; ++i) quant_sym(src + 32 * i, d + 18 * i, 4);
-      return;
-    case GgmlType::Q5_0:
-      for (int64_t i = 0; i < n / 32; ++i) quant_sym(src + 32 * i, d + 22 * i, 5);
-      return;
-    case GgmlType::Q4_1:
-      for (int64_t i = 0; i < n / 32; ++i) quant_affine(src + 32 * i, d + 20 * i, 4);
-      return;
-    case GgmlType::Q5_1:
-      for (int64_t i = 0; i < n / 32; ++i) quant_affine(src + 32 * i, d + 24 * i, 5);
-      return;
-    case GgmlType::Q8_0:
-      for (int64_t i = 0; i < n / 32; ++i) quant_q8_0(src + 32 * i, d + 34 * i);
-      return;
-    case GgmlType::Q4_K:
-      for (int64_t i = 0; i < n / 256; ++i) quant_q4_k(src + 256 * i, d + 144 * i);
-      return;
-    case GgmlType::Q6_K:
-      for (int64_t i = 0; i < n / 256; ++i) quant_q6_k(src + 256 * i, d + 210 * i);
-      return;
+    default: break;
+  }
+  void (*block)(const float*, uint8_t*) = nullptr;
+  switch (t) {
+    case GgmlType::Q4_0: block = [](const float* x, uint8_t* b) { quant_sym(x, b, 4); }; break;
+    case GgmlType::Q5_0: block = [](const float* x, uint8_t* b) { quant_sym(x, b, 5); }; break;
+    case GgmlType::Q4_1: block = [](const float* x, uint8_t* b) { quant_affine(x, b, 4); }; break;
+    case GgmlType::Q5_1: block = [](const float* x, uint8_t* b) { quant_affine(x, b, 5); }; break;
+    case GgmlType::Q8_0: block = quant_q8_0; break;
+    case GgmlType::Q4_K: block = quant_q4_k; break;
+    case GgmlType::Q6_K: block = quant_q6_k; break;
+    case GgmlType::TQ1_0: block = quant_tq1_0; break;
+    case GgmlType::TQ2_0: block = quant_tq2_0; break;
     default:
       throw GgufError(std::string("quantize_row: type ") + ggml_type_name(t) + " cannot be quantised");
   }
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t, &bv, &bb);
+  for (int64_t i = 0; i < n / bv; ++i) block(src + i * bv, d + i * bb);
 }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {

@@ -27,7 +27,8 @@ bool can_dequantize(GgmlType t);
 bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d);
 
 // Quantises `n` fp32 values into type `t` (round-to-nearest reference quantisers). Supports F32,
-// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K. Throws GgufError for any other type.
+// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, TQ1_0, TQ2_0. Throws GgufError for any other
+// type.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // Runs fn(i) for every i in [0, n), shared out among the host's threads (one per core); returns when
