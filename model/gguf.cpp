@@ -46,15 +46,15 @@ const char* ggml_type_name(GgmlType t) {
     case 22: return "IQ2_S";
     case 23: return "IQ4_XS";
     case 29: return "IQ1_M";
+    case 30: return "BF16";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
     // Types ggml defines that this project does not read; named for error messages.
     case 24: return "I8";
     case 25: return "I16";
     case 26: return "I32";
     case 27: return "I64";
     case 28: return "F64";
-    case 30: return "BF16";
-    case 34: return "TQ1_0";
-    case 35: return "TQ2_0";
     case 39: return "MXFP4";
   }
   return "unknown";
@@ -87,6 +87,8 @@ bool ggml_type_block(GgmlType t, int64_t* block_values, int64_t* block_bytes) {
     case GgmlType::IQ3_S: v = 256, b = 2 + 64 + 8 + 32 + 4; break;
     case GgmlType::IQ1_S: v = 256, b = 2 + 32 + 16; break;
     case GgmlType::IQ1_M: v = 256, b = 32 + 16 + 8; break;
+    case GgmlType::TQ1_0: v = 256, b = 48 + 4 + 2; break;
+    case GgmlType::TQ2_0: v = 256, b = 64 + 2; break;
     default: return false;
   }
   if (block_values) *block_values = v;

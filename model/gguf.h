@@ -48,6 +48,8 @@ enum class GgmlType : uint32_t {
   IQ4_XS = 23,
   IQ1_M = 29,
   BF16 = 30,
+  TQ1_0 = 34,
+  TQ2_0 = 35,
 };
 
 // GGUF metadata value types.

@@ -23,6 +23,8 @@
 //   IQ3_S  256 values, 110 B: d | qs[64] | qh[8] | signs[32] | scales[4]
 //   IQ1_S  256 values,  50 B: d | qs[32] | u16 qh[8]
 //   IQ1_M  256 values,  56 B: qs[32] | qh[16] | u16 scales[4] (d spread over their top nibbles)
+//   TQ1_0  256 values,  54 B: qs[48] | qh[4] | d   5 (qh: 4) trits per byte, x = (trit - 1) * d
+//   TQ2_0  256 values,  66 B: qs[64] | d           x = (2-bit q - 1) * d
 //   The i-quants (IQ1..IQ3) pick groups of 8 or 4 values from a codebook (model/iq_grids.h).
 //   The super-block layouts are spelled out next to each dequantiser.
 #include "model/quants.h"
@@ -429,6 +431,47 @@ void dequant_iq1_m(const uint8_t* b, float* y) {
   }
 }
 
+// ---- ternary formats (256-value super-blocks, values -d, 0, d) ----------------------------------
+
+// A TQ1_0 byte holds up to five trits t0..t4 as the fraction N/243 (N = t0·81 + t1·27 + t2·9 +
+// t3·3 + t4) scaled to 256 and rounded up: byte = ceil(N·256/243). Trit n is read off as the first
+// base-3 digit of the fraction after multiplying by 3^n, the product kept mod 256 (which drops
+// t0..t(n-1)): trit = (u8(byte·3^n)·3) >> 8, in 0..2 for any byte.
+constexpr uint8_t kPow3[5] = {1, 3, 9, 27, 81};
+
+int tq1_trit(uint8_t byte, int n) { return (uint8_t(byte * kPow3[n]) * 3) >> 8; }
+
+// The three runs of TQ1_0 bytes: `bytes` bytes from `offset`, `trits` of them per byte. Run r holds
+// values in order: trit n of byte m is value (start of the run) + n·bytes + m.
+struct Tq1Run {
+  int offset, bytes, trits;
+};
+constexpr Tq1Run kTq1Runs[3] = {{0, 32, 5}, {32, 16, 5}, {48, 4, 4}};
+
+// TQ1_0: qs[0..31] hold values 0..159, qs[32..47] values 160..239, qh (bytes 48..51) values
+// 240..255, each run as Tq1Run says; d is bytes 52..53. x = (trit - 1)·d.
+void dequant_tq1_0(const uint8_t* b, float* y) {
+  const float d = load_half(b + 52);
+  for (const Tq1Run& run : kTq1Runs) {
+    for (int n = 0; n < run.trits; ++n) {
+      for (int m = 0; m < run.bytes; ++m) *y++ = float(tq1_trit(b[run.offset + m], n) - 1) * d;
+    }
+  }
+}
+
+// TQ2_0: value 128·h + 32·l + m (h < 2, l < 4, m < 32) is bits 2l..2l+1 of qs[32·h + m]; d is bytes
+// 64..65. x = (q - 1)·d (q = 3, which a quantiser never writes, gives 2·d).
+void dequant_tq2_0(const uint8_t* b, float* y) {
+  const float d = load_half(b + 64);
+  for (int h = 0; h < 2; ++h) {
+    for (int l = 0; l < 4; ++l) {
+      for (int m = 0; m < 32; ++m) {
+        y[128 * h + 32 * l + m] = float(((b[32 * h + m] >> (2 * l)) & 3) - 1) * d;
+      }
+    }
+  }
+}
+
 // ---- quantisers ----------------------------------------------------------------------------------
 
 float max_abs(const float* x, int n) {
@@ -576,6 +619,41 @@ void quant_q6_k(const float* x, uint8_t* b) {
   }
 }
 
+// TQ1_0 / TQ2_0 (ggml's reference): d = max|x| and each value's trit is round(x / max|x|) + 1, in
+// 0..2; values that are -a, 0 or a (a representable in fp16) come back exactly.
+void ternary_trits(const float* x, uint8_t* b, int d_offset, int* t) {
+  const float amax = max_abs(x, 256);
+  const float id = amax != 0 ? 1.0f / amax : 0.0f;
+  store_half(b + d_offset, float_to_half(amax));
+  for (int j = 0; j < 256; ++j) t[j] = clamp_int(nearest(x[j] * id), -1, 1) + 1;
+}
+
+void quant_tq1_0(const float* x, uint8_t* b) {
+  int t[256];
+  ternary_trits(x, b, 52, t);
+  int first = 0;  // the value the current run starts at
+  for (const Tq1Run& run : kTq1Runs) {
+    for (int m = 0; m < run.bytes; ++m) {
+      int n3 = 0;  // the byte's trits as a base-3 number of five digits, the first most significant
+      for (int n = 0; n < 5; ++n) n3 = 3 * n3 + (n < run.trits ? t[first + n * run.bytes + m] : 0);
+      b[run.offset + m] = uint8_t((n3 * 256 + 242) / 243);
+    }
+    first += run.trits * run.bytes;
+  }
+}
+
+void quant_tq2_0(const float* x, uint8_t* b) {
+  int t[256];
+  ternary_trits(x, b, 64, t);
+  for (int h = 0; h < 2; ++h) {
+    for (int m = 0; m < 32; ++m) {
+      int q = 0;
+      for (int l = 0; l < 4; ++l) q |= t[128 * h + 32 * l + m] << (2 * l);
+      b[32 * h + m] = uint8_t(q);
+    }
+  }
+}
+
 half_t float_to_bf16(float f) {
   uint32_t bits;
   std::memcpy(&bits, &f, 4);
@@ -611,7 +689,8 @@ bool can_dequantize(GgmlType t) {
     case GgmlType::Q8_0: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
     case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
     case GgmlType::IQ2_XXS: case GgmlType::IQ2_XS: case GgmlType::IQ2_S: case GgmlType::IQ3_XXS:
-    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M:
+    case GgmlType::IQ3_S: case GgmlType::IQ1_S: case GgmlType::IQ1_M: case GgmlType::TQ1_0:
+    case GgmlType::TQ2_0:
       return true;
     default:
       return false;
@@ -657,6 +736,8 @@ void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n) {
     case GgmlType::IQ3_S: block = dequant_iq3_s; break;
     case GgmlType::IQ1_S: block = dequant_iq1_s; break;
     case GgmlType::IQ1_M: block = dequant_iq1_m; break;
+    case GgmlType::TQ1_0: block = dequant_tq1_0; break;
+    case GgmlType::TQ2_0: block = dequant_tq2_0; break;
     default: break;
   }
   for (int64_t i = 0; i < n / bv; ++i) block(s + i * bb, dst + i * bv);
@@ -681,30 +762,25 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::BF16:
       for (int64_t j = 0; j < n; ++j) store_half(d + 2 * j, float_to_bf16(src[j]));
       return;
-    case GgmlType::Q4_0:
-      for (int64_t i = 0; i < n / 32; ++i) quant_sym(src + 32 * i, d + 18 * i, 4);
-      return;
-    case GgmlType::Q5_0:
-      for (int64_t i = 0; i < n / 32; ++i) quant_sym(src + 32 * i, d + 22 * i, 5);
-      return;
-    case GgmlType::Q4_1:
-      for (int64_t i = 0; i < n / 32; ++i) quant_affine(src + 32 * i, d + 20 * i, 4);
-      return;
-    case GgmlType::Q5_1:
-      for (int64_t i = 0; i < n / 32; ++i) quant_affine(src + 32 * i, d + 24 * i, 5);
-      return;
-    case GgmlType::Q8_0:
-      for (int64_t i = 0; i < n / 32; ++i) quant_q8_0(src + 32 * i, d + 34 * i);
-      return;
-    case GgmlType::Q4_K:
-      for (int64_t i = 0; i < n / 256; ++i) quant_q4_k(src + 256 * i, d + 144 * i);
-      return;
-    case GgmlType::Q6_K:
-      for (int64_t i = 0; i < n / 256; ++i) quant_q6_k(src + 256 * i, d + 210 * i);
-      return;
+    default: break;
+  }
+  void (*block)(const float*, uint8_t*) = nullptr;
+  switch (t) {
+    case GgmlType::Q4_0: block = [](const float* x, uint8_t* b) { quant_sym(x, b, 4); }; break;
+    case GgmlType::Q5_0: block = [](const float* x, uint8_t* b) { quant_sym(x, b, 5); }; break;
+    case GgmlType::Q4_1: block = [](const float* x, uint8_t* b) { quant_affine(x, b, 4); }; break;
+    case GgmlType::Q5_1: block = [](const float* x, uint8_t* b) { quant_affine(x, b, 5); }; break;
+    case GgmlType::Q8_0: block = quant_q8_0; break;
+    case GgmlType::Q4_K: block = quant_q4_k; break;
+    case GgmlType::Q6_K: block = quant_q6_k; break;
+    case GgmlType::TQ1_0: block = quant_tq1_0; break;
+    case GgmlType::TQ2_0: block = quant_tq2_0; break;
     default:
       throw GgufError(std::string("quantize_row: type ") + ggml_type_name(t) + " cannot be quantised");
   }
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t, &bv, &bb);
+  for (int64_t i = 0; i < n / bv; ++i) block(src + i * bv, d + i * bb);
 }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {

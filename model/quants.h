@@ -13,8 +13,8 @@ namespace tllm {
 
 // Dequantises `n` values of type `t` (n a multiple of the type's block size) from `src` to `dst`.
 // Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL,
-// IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M. Throws GgufError for any other
-// type.
+// IQ4_XS, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M, TQ1_0, TQ2_0. Throws GgufError for
+// any other type.
 void dequantize_row(GgmlType t, const void* src, float* dst, int64_t n);
 
 // True when dequantize_row handles `t`.
@@ -27,7 +27,8 @@ bool can_dequantize(GgmlType t);
 bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d);
 
 // Quantises `n` fp32 values into type `t` (round-to-nearest reference quantisers). Supports F32,
-// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K. Throws GgufError for any other type.
+// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, TQ1_0, TQ2_0. Throws GgufError for any other
+// type.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // Runs fn(i) for every i in [0, n), shared out among the host's threads (one per core); returns when

@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <functional>
+#include <string>
 
 #include "model/iq_grids.h"
 #include "model/quants.h"
@@ -513,16 +514,19 @@ float index_sign(int index7, int j) {
 float super_d(int blk) { return blk ? -1.0f : 0.5f; }
 half_t super_d_half(int blk) { return blk ? kHalfMinus1 : kHalf05; }
 
-// Two super-blocks of type `t` with d = super_d(blk) in bytes 0..1 (IQ1_M, whose d is spread over
-// its scales, leaves it to `fill`); fill(blk, p, want) writes the rest of block blk at p and its
-// 256 expected values to want. Checks dequantize_row against them.
+// Two super-blocks of type `t` with d = super_d(blk) in its fp16 field: bytes 0..1, the last two
+// bytes for TQ1_0 and TQ2_0 (IQ1_M, whose d is spread over its scales, leaves it to `fill`);
+// fill(blk, p, want) writes the rest of block blk at p and its 256 expected values to want. Checks
+// dequantize_row against them.
 void check_super_blocks(GgmlType t, const std::function<void(int blk, uint8_t* p, float* want)>& fill) {
   int64_t bv = 0, bb = 0;
   ASSERT_TRUE(ggml_type_block(t, &bv, &bb));
   std::vector<uint8_t> b(size_t(2 * bb), 0);
   std::vector<float> want(512);
+  const bool d_last = t == GgmlType::TQ1_0 || t == GgmlType::TQ2_0;
   for (int blk = 0; blk < 2; ++blk) {
-    if (t != GgmlType::IQ1_M) put_half(b, size_t(bb * blk), super_d_half(blk));
+    const size_t d_at = size_t(bb * blk + (d_last ? bb - 2 : 0));
+    if (t != GgmlType::IQ1_M) put_half(b, d_at, super_d_half(blk));
     fill(blk, b.data() + bb * blk, want.data() + 256 * blk);
   }
   expect_values(dequant(t, b, 2 * bv), want);
@@ -746,12 +750,120 @@ TEST(Dequant, IQ1_M) {
   EXPECT_EQ(y[0], -5.25f);
 }
 
+// ---- ternary formats: 256-value super-blocks of values -d, 0, d (TQ2_0 also 2d) ----------------
+
+// A TQ1_0 byte holding the trits t[0..4] (the first most significant): ceil(N·256/243) for the
+// base-3 number N = t0 t1 t2 t3 t4, as ggml's quantiser writes it.
+uint8_t tq1_byte(const int* t) {
+  int n = 0;
+  for (int i = 0; i < 5; ++i) n = 3 * n + t[i];
+  return uint8_t((n * 256 + 242) / 243);
+}
+
+TEST(Dequant, TQ1_0) {
+  // qs[48] | qh[4] | d: qs[0..31] hold values 0..159 (trit n of qs[m] is value 32n + m), qs[32..47]
+  // values 160..239 (value 160 + 16n + m), qh[0..3] values 240..255 (value 240 + 4n + m, four trits
+  // and a fifth of 0); x = (trit - 1)·d.
+  check_super_blocks(GgmlType::TQ1_0, [](int blk, uint8_t* p, float* want) {
+    auto trit_of = [blk](int v) { return (7 * v + v / 5 + blk) % 3; };
+    const int runs[3][3] = {{0, 32, 5}, {32, 16, 5}, {48, 4, 4}};  // first byte, bytes, trits
+    int first = 0;
+    for (const auto& run : runs) {
+      for (int m = 0; m < run[1]; ++m) {
+        int t[5] = {0, 0, 0, 0, 0};
+        for (int n = 0; n < run[2]; ++n) {
+          const int v = first + run[1] * n + m;
+          t[n] = trit_of(v);
+          want[v] = float(t[n] - 1) * super_d(blk);
+        }
+        p[run[0] + m] = tq1_byte(t);
+      }
+      first += run[1] * run[2];
+    }
+  });
+
+  // Every five-trit byte and every four-trit qh byte gives back its trits (d = 1 at bytes 52..53).
+  for (int code = 0; code < 243; ++code) {
+    int t[5];
+    for (int i = 4, c = code; i >= 0; --i, c /= 3) t[i] = c % 3;
+    std::vector<uint8_t> h(54, 0);
+    put_half(h, 52, kHalf1);
+    h[5] = tq1_byte(t);   // values 5, 37, 69, 101, 133
+    h[40] = tq1_byte(t);  // values 168, 184, 200, 216, 232
+    const int t4[5] = {t[0], t[1], t[2], t[3], 0};
+    h[50] = tq1_byte(t4);  // values 242, 246, 250, 254
+    const auto y = dequant(GgmlType::TQ1_0, h, 256);
+    for (int n = 0; n < 5; ++n) {
+      SCOPED_TRACE("code " + std::to_string(code) + " trit " + std::to_string(n));
+      ASSERT_EQ(y[size_t(5 + 32 * n)], float(t[n] - 1));
+      ASSERT_EQ(y[size_t(168 + 16 * n)], float(t[n] - 1));
+      if (n < 4) {
+        ASSERT_EQ(y[size_t(242 + 4 * n)], float(t[n] - 1));
+      }
+    }
+    ASSERT_EQ(y[0], -1.0f);  // byte 0: five trits 0
+  }
+
+  // Hand-worked, d = 0.5: qs[0] = 148 = ceil(140·256/243), 140 = 1·81 + 2·27 + 0·9 + 1·3 + 2
+  // (trits 1 2 0 1 2): values 0, 32, 64, 96, 128 = 0, 0.5, -0.5, 0, 0.5. qh[3] = 184 =
+  // ceil(174·256/243), 174 = (2·27 + 0·9 + 1·3 + 1)·3 (trits 2 0 1 1): values 243, 247, 251, 255
+  // = 0.5, -0.5, 0, 0. Byte 255 (trits 2 2 2 2 2) at qs[47]: values 175, 191, ..., 239 = 0.5.
+  std::vector<uint8_t> h(54, 0);
+  h[0] = 148;
+  h[51] = 184;
+  h[47] = 255;
+  put_half(h, 52, kHalf05);
+  const auto y = dequant(GgmlType::TQ1_0, h, 256);
+  EXPECT_EQ(y[0], 0.0f);
+  EXPECT_EQ(y[32], 0.5f);
+  EXPECT_EQ(y[64], -0.5f);
+  EXPECT_EQ(y[96], 0.0f);
+  EXPECT_EQ(y[128], 0.5f);
+  EXPECT_EQ(y[243], 0.5f);
+  EXPECT_EQ(y[247], -0.5f);
+  EXPECT_EQ(y[251], 0.0f);
+  EXPECT_EQ(y[255], 0.0f);
+  EXPECT_EQ(y[175], 0.5f);
+  EXPECT_EQ(y[239], 0.5f);
+  EXPECT_EQ(y[1], -0.5f);  // byte 0
+}
+
+TEST(Dequant, TQ2_0) {
+  // qs[64] | d: value 128h + 32l + m is bits 2l..2l+1 of qs[32h + m]; x = (q - 1)·d (q = 3: 2d).
+  check_super_blocks(GgmlType::TQ2_0, [](int blk, uint8_t* p, float* want) {
+    for (int v = 0; v < 256; ++v) {
+      const int q = (5 * v + v / 7 + blk) % 4, h = v / 128, l = (v / 32) % 4, m = v % 32;
+      p[32 * h + m] |= uint8_t(q << (2 * l));
+      want[v] = float(q - 1) * super_d(blk);
+    }
+  });
+
+  // Hand-worked, d = 0.5: qs[0] = 0xe4 (q = 0, 1, 2, 3 from the low bits): values 0, 32, 64, 96 =
+  // -0.5, 0, 0.5, 1; qs[33] = 0x01: value 129 = 0, value 161 = -0.5.
+  std::vector<uint8_t> h(66, 0);
+  h[0] = 0xe4;
+  h[33] = 0x01;
+  put_half(h, 64, kHalf05);
+  const auto y = dequant(GgmlType::TQ2_0, h, 256);
+  EXPECT_EQ(y[0], -0.5f);
+  EXPECT_EQ(y[32], 0.0f);
+  EXPECT_EQ(y[64], 0.5f);
+  EXPECT_EQ(y[96], 1.0f);
+  EXPECT_EQ(y[129], 0.0f);
+  EXPECT_EQ(y[161], -0.5f);
+}
+
 TEST(Dequant, RejectsUnsupportedTypesAndPartialBlocks) {
   std::vector<uint8_t> b(1024, 0);
   std::vector<float> y(256);
   EXPECT_THROW(dequantize_row(GgmlType::Q8_K, b.data(), y.data(), 256), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::Q8_1, b.data(), y.data(), 32), GgufError);
-  EXPECT_THROW(dequantize_row(static_cast<GgmlType>(34), b.data(), y.data(), 256), GgufError);  // TQ1_0
+  // Type ids that stay unreadable: 4 (Q4_2, removed from ggml), 27 (I64), 36 (none, past TQ2_0).
+  for (uint32_t id : {4u, 27u, 36u}) {
+    const GgmlType t = static_cast<GgmlType>(id);
+    EXPECT_FALSE(can_dequantize(t)) << id;
+    EXPECT_THROW(dequantize_row(t, b.data(), y.data(), 256), GgufError) << id;
+  }
   EXPECT_THROW(dequantize_row(GgmlType::Q4_0, b.data(), y.data(), 33), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::Q6_K, b.data(), y.data(), 128), GgufError);
   EXPECT_THROW(dequantize_row(GgmlType::IQ4_XS, b.data(), y.data(), 32), GgufError);
@@ -761,9 +873,10 @@ TEST(Dequant, RejectsUnsupportedTypesAndPartialBlocks) {
                      GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS}) {
     EXPECT_TRUE(can_dequantize(t)) << ggml_type_name(t);
   }
-  // The i-quants: 256-value super-blocks, so half a block is rejected.
-  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS, GgmlType::IQ3_S,
-                     GgmlType::IQ1_S, GgmlType::IQ1_M}) {
+  // The i-quants and the ternary types: 256-value super-blocks, so half a block is rejected.
+  for (GgmlType t : {GgmlType::IQ2_XXS, GgmlType::IQ2_XS, GgmlType::IQ2_S, GgmlType::IQ3_XXS,
+                     GgmlType::IQ3_S, GgmlType::IQ1_S, GgmlType::IQ1_M, GgmlType::TQ1_0,
+                     GgmlType::TQ2_0}) {
     EXPECT_TRUE(can_dequantize(t)) << ggml_type_name(t);
     EXPECT_THROW(dequantize_row(t, b.data(), y.data(), 128), GgufError) << ggml_type_name(t);
     EXPECT_THROW(dequantize_row(t, b.data(), y.data(), 257), GgufError) << ggml_type_name(t);

@@ -218,7 +218,8 @@ TEST(GgufErrors, TensorShapes) {
 TEST(GgufErrors, TensorTypes) {
   expect_error(one_tensor("t", {32}, 4, 0), "tensor 't' has unknown type 4");
   expect_error(one_tensor("t", {32}, 1000, 0), "tensor 't' has unknown type 1000");
-  expect_error(one_tensor("t", {256}, 34, 0), "tensor 't' has type TQ1_0 (34), which is not supported");
+  expect_error(one_tensor("t", {32}, 36, 0), "tensor 't' has unknown type 36");  // after TQ2_0 (35)
+  expect_error(one_tensor("t", {32}, 27, 0), "tensor 't' has type I64 (27), which is not supported");
 }
 
 TEST(GgufErrors, TensorPlacement) {

@@ -169,9 +169,28 @@ TEST(Quantize, Q6_K) {
   EXPECT_LT(rms_error(x, y), 0.03f * rms(x));
 }
 
+TEST(Quantize, TQ1_0AndTQ2_0) {
+  // Ternary: every value becomes -A, 0 or A with A = fp16(max|x|) per 256-value block, the nearest
+  // of them to x / max|x|: error <= max|x| / 2 (plus A's fp16 rounding).
+  const auto x = test_values(256 * 8, 8, 0.1f);
+  for (GgmlType t : {GgmlType::TQ1_0, GgmlType::TQ2_0}) {
+    SCOPED_TRACE(ggml_type_name(t));
+    expect_within(x, round_trip(t, x), 256,
+                  [](const float* b) { return amax(b, 256) / 2 * kScaleSlack; });
+    // Values that are already -a, 0 or a (a exact in fp16, one a per block) come back exactly.
+    std::vector<float> ternary(256 * 4);
+    for (size_t i = 0; i < ternary.size(); ++i) {
+      const float a = 0.375f * float(1 + i / 256);
+      ternary[i] = a * float(int((7 * i + i / 13) % 3) - 1);
+    }
+    EXPECT_EQ(round_trip(t, ternary), ternary);
+  }
+}
+
 TEST(Quantize, EdgeBlocks) {
-  const std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1,
-                                       GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K};
+  const std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
+                                       GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
+                                       GgmlType::Q6_K, GgmlType::TQ1_0, GgmlType::TQ2_0};
   for (GgmlType t : types) {
     SCOPED_TRACE(ggml_type_name(t));
     // All zeros stay exactly zero.
@@ -196,6 +215,8 @@ TEST(Quantize, RejectsWhatItCannotWrite) {
   EXPECT_THROW(quantize_row(GgmlType::Q5_K, x.data(), q.data(), 256), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::Q4_K, x.data(), q.data(), 128), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::Q8_0, x.data(), q.data(), 31), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::TQ1_0, x.data(), q.data(), 128), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::TQ2_0, x.data(), q.data(), 255), GgufError);
 }
 
 }  // namespace

@@ -161,7 +161,7 @@ TEST(MalformedFile, CorruptedHeaderFields) {
       {"dim-not-whole-blocks", "dim 0 of " + q, 65, "not a multiple of the Q5_0 block size"},
       {"dim-smaller", "dim 1 of " + q, 32, "tensor 'blk.0.attn_q.weight' has shape {64, 32}, expected {64, 64}"},
       {"tensor-type-unknown", "type of " + q, 99, "unknown type 99"},
-      {"tensor-type-unsupported", "type of " + q, 34, "TQ1_0 (34), which is not supported"},
+      {"tensor-type-unsupported", "type of " + q, 27, "I64 (27), which is not supported"},
       // F32 (256 bytes) to Q8_1 (72 bytes): still inside its slot, but the loader cannot read Q8_1.
       {"tensor-type-no-dequant", "type of tensor 'blk.0.ffn_norm.weight'", 9, "unsupported type Q8_1"},
       {"tensor-type-bigger", "type of tensor 'token_embd.weight'", 0, ""},

@@ -9,6 +9,7 @@
 //     read_model_config rejects it).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <limits>
 #include <sstream>
@@ -270,6 +271,17 @@ TEST(ModelChecks, LinearRopeScalingIsRead) {
   }
 }
 
+// The type column of a tensor's row in inspect's table; "(not listed)" when it has no row.
+std::string listed_type(const RunResult& inspect, const std::string& tensor) {
+  std::istringstream lines(inspect.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name, type;
+    if (fields >> name >> type && name == tensor) return type;
+  }
+  return "(not listed)";
+}
+
 // Weight matrices stored as IQ4_NL and IQ4_XS load (requantised to W8) and run, and inspect names
 // their types. The retyped matrices hold zeros (write_edited): valid blocks of either type.
 TEST(ModelChecks, Iq4MatricesLoadAndRun) {
@@ -283,50 +295,54 @@ TEST(ModelChecks, Iq4MatricesLoadAndRun) {
   const std::vector<RunResult> r = run_all({inspect_command(path), generate_command(path)});
   expect_success(r[0]);
   EXPECT_TRUE(expect_inspect_outcome(r[0], path));
-  // The type column of a tensor's row in inspect's table.
-  auto listed_type = [&](const std::string& tensor) {
-    std::istringstream lines(r[0].out);
-    for (std::string line; std::getline(lines, line);) {
-      std::istringstream fields(line);
-      std::string name, type;
-      if (fields >> name >> type && name == tensor) return type;
-    }
-    return std::string("(not listed)");
-  };
-  EXPECT_EQ(listed_type("blk.0.attn_q.weight"), "IQ4_NL") << r[0].describe();
-  EXPECT_EQ(listed_type("blk.1.ffn_down.weight"), "IQ4_XS") << r[0].describe();
+  EXPECT_EQ(listed_type(r[0], "blk.0.attn_q.weight"), "IQ4_NL") << r[0].describe();
+  EXPECT_EQ(listed_type(r[0], "blk.1.ffn_down.weight"), "IQ4_XS") << r[0].describe();
   expect_success(r[1]);
 }
 
-// The same for the i-quants (256-value super-blocks, so only ffn_down's rows of n_ff = 256 values
-// fit): four files, each with the ffn_down of both layers retyped, every type once. All-zero blocks
-// are valid in each (d = 0: every value 0).
-TEST(ModelChecks, IquantMatricesLoadAndRun) {
+// For types of 256-value super-blocks only ffn_down's rows (n_ff = 256 values) fit: one file per
+// pair, with layer 0's ffn_down retyped to the first type and layer 1's to the second. Each file
+// loads and generates, and inspect lists both types. All-zero blocks are valid in each type (d = 0:
+// every value 0).
+void expect_ffn_down_types_load_and_run(const std::vector<std::array<GgmlType, 2>>& pairs) {
   auto base = GgufFile::open(base_model_path());
   ScratchDir dir;
-  const GgmlType pairs[4][2] = {{GgmlType::IQ2_XXS, GgmlType::IQ2_XS},
-                                {GgmlType::IQ2_S, GgmlType::IQ3_XXS},
-                                {GgmlType::IQ3_S, GgmlType::IQ1_S},
-                                {GgmlType::IQ1_M, GgmlType::IQ2_XXS}};
   std::vector<std::vector<std::string>> commands;
-  for (int i = 0; i < 4; ++i) {
-    const std::string path = dir.file("iq" + std::to_string(i) + ".gguf");
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const std::string path = dir.file("ffn_down" + std::to_string(i) + ".gguf");
     ModelEdit e;
-    e.retype["blk.0.ffn_down.weight"] = pairs[i][0];
-    e.retype["blk.1.ffn_down.weight"] = pairs[i][1];
+    for (int layer = 0; layer < 2; ++layer) {
+      e.retype["blk." + std::to_string(layer) + ".ffn_down.weight"] = pairs[i][size_t(layer)];
+    }
     write_edited(*base, path, e);
     commands.push_back(inspect_command(path));
     commands.push_back(generate_command(path));
   }
   const std::vector<RunResult> r = run_all(commands);
-  for (int i = 0; i < 4; ++i) {
-    const RunResult& inspect = r[size_t(2 * i)];
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    const RunResult& inspect = r[2 * i];
     expect_success(inspect);
     for (int layer = 0; layer < 2; ++layer) {
-      EXPECT_NE(inspect.out.find(ggml_type_name(pairs[i][layer])), std::string::npos) << inspect.describe();
+      EXPECT_EQ(listed_type(inspect, "blk." + std::to_string(layer) + ".ffn_down.weight"),
+                ggml_type_name(pairs[i][size_t(layer)]))
+          << inspect.describe();
     }
-    expect_success(r[size_t(2 * i + 1)]);
+    expect_success(r[2 * i + 1]);
   }
+}
+
+// The i-quants, every type once.
+TEST(ModelChecks, IquantMatricesLoadAndRun) {
+  expect_ffn_down_types_load_and_run({{GgmlType::IQ2_XXS, GgmlType::IQ2_XS},
+                                      {GgmlType::IQ2_S, GgmlType::IQ3_XXS},
+                                      {GgmlType::IQ3_S, GgmlType::IQ1_S},
+                                      {GgmlType::IQ1_M, GgmlType::IQ2_XXS}});
+}
+
+// The ternary types of TriLM / BitNet b1.58 conversions, each in either layer.
+TEST(ModelChecks, TernaryMatricesLoadAndRun) {
+  expect_ffn_down_types_load_and_run(
+      {{GgmlType::TQ1_0, GgmlType::TQ2_0}, {GgmlType::TQ2_0, GgmlType::TQ1_0}});
 }
 
 TEST(ModelChecks, EveryViolationIsRejectedInProcessBeforeAllocating) {
