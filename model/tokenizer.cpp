@@ -106,6 +106,16 @@ size_t match_whitespace_tail(size_t i, size_t run, size_t e) {
   return run;
 }
 
+// \s*[\r\n]+|\s+(?!\S)|\s+ at the start i of a whitespace run (Qwen2, Llama 3, Tekken): up to the
+// run's last newline when it has one, else as match_whitespace_tail.
+size_t match_whitespace_newlines(const Text& t, size_t i, size_t e) {
+  const size_t run = run_end(i + 1, e, [&](size_t x) { return t.is(x, kS); });
+  for (size_t k = run; k > i; --k) {
+    if (t.crlf(k - 1)) return k;
+  }
+  return match_whitespace_tail(i, run, e);
+}
+
 // GPT-2 (also "default", and the second stage of SmolLM):
 //   's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 void split_gpt2(const Text& t, size_t b, size_t e, std::vector<uint32_t>& ends) {
@@ -168,16 +178,7 @@ void split_llama3(const Text& t, size_t b, size_t e, size_t max_digits,
         j = run_end(t.other(i) ? i + 1 : i + 2, e, [&](size_t x) { return t.other(x); });
         j = run_end(j, e, [&](size_t x) { return t.crlf(x); });
       } else {
-        // Whitespace. \s*[\r\n]+ ends after the last newline of the run, if it has one.
-        const size_t run = run_end(i + 1, e, [&](size_t x) { return t.is(x, kS); });
-        j = 0;
-        for (size_t k = run; k > i; --k) {
-          if (t.crlf(k - 1)) {
-            j = k;
-            break;
-          }
-        }
-        if (j == 0) j = match_whitespace_tail(i, run, e);
+        j = match_whitespace_newlines(t, i, e);
       }
     }
     ends.push_back(static_cast<uint32_t>(j));
@@ -226,17 +227,7 @@ void split_tekken(const Text& t, size_t b, size_t e, std::vector<uint32_t>& ends
       j = run_end(t.other(i) ? i + 1 : i + 2, e, [&](size_t x) { return t.other(x); });
       j = run_end(j, e, [&](size_t x) { return t.crlf(x) || t.cp[x] == '/'; });
     }
-    if (j == i) {
-      // Whitespace, as in split_llama3.
-      const size_t run = run_end(i + 1, e, [&](size_t x) { return t.is(x, kS); });
-      for (size_t k = run; k > i; --k) {
-        if (t.crlf(k - 1)) {
-          j = k;
-          break;
-        }
-      }
-      if (j == i) j = match_whitespace_tail(i, run, e);
-    }
+    if (j == i) j = match_whitespace_newlines(t, i, e);  // all that is left: whitespace
     ends.push_back(static_cast<uint32_t>(j));
     i = j;
   }
