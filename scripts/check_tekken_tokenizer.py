@@ -11,7 +11,8 @@ model (gguf-py's MistralVocab: the special tokens first as control tokens, then 
 form of every tiktoken rank, the merges recovered from the ranks, pre "tekken"); every text is then
 encoded by mistral-common (Tekkenizer.encode, no BOS/EOS) and by `tiny_llm tokenize`, and the ids
 compared. The texts: the project's documentation and source lines, llama.cpp's tokenizer vectors
-(../shared/data/tokenizer-vectors beside the project), and random strings of letters of both cases, marks, digits,
+(../shared/data/tokenizer-vectors beside the project), and random strings of letters of both cases,
+marks, digits,
 punctuation and whitespace from several scripts, and of any code point assigned in Unicode 14.
 
 To keep to one run of tiny_llm, the texts are joined with the control token </s> between them and
@@ -36,6 +37,9 @@ import gguf
 from gguf.vocab import MistralVocab
 import mistral_common
 from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VECTORS_DIR = os.path.join(ROOT, "..", "shared", "data", "tokenizer-vectors")
 
 
 def write_vocab_gguf(tekken_json, path):
@@ -116,7 +120,7 @@ def texts_to_check(root, rng):
     texts += read_lines(docs)
     sources = sorted(glob.glob(os.path.join(root, "model/*.cpp")) + glob.glob(os.path.join(root, "model/*.h")))
     texts += [t for t in read_lines(sources) if not t.startswith("    {0x")]  # not the Unicode tables
-    for inp in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "tokenizer-vectors", "*.inp"))):
+    for inp in sorted(glob.glob(os.path.join(VECTORS_DIR, "*.inp"))):
         with open(inp, encoding="utf-8") as f:
             texts += f.read().split("\n__ggml_vocab_test__\n")
     texts += random_texts(rng, 4000)
