@@ -12,8 +12,7 @@ form of every tiktoken rank, the merges recovered from the ranks, pre "tekken");
 encoded by mistral-common (Tekkenizer.encode, no BOS/EOS) and by `tiny_llm tokenize`, and the ids
 compared. The texts: the project's documentation and source lines, llama.cpp's tokenizer vectors
 (../shared/data/tokenizer-vectors beside the project), and random strings of letters of both cases,
-marks, digits,
-punctuation and whitespace from several scripts, and of any code point assigned in Unicode 14.
+marks, digits, punctuation and whitespace from several scripts, and of any code point assigned in Unicode 14.
 
 To keep to one run of tiny_llm, the texts are joined with the control token </s> between them and
 encoded with special tokens parsed: each text then goes through the pre-tokenizer and BPE on its
