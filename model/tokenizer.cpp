@@ -66,6 +66,7 @@ void append_unmapped(std::string& out, const std::string& text) {
 constexpr uint16_t kL = unicode::kLetter;
 constexpr uint16_t kN = unicode::kNumber;
 constexpr uint16_t kS = unicode::kWhitespace;
+constexpr uint16_t kM = unicode::kMark;
 
 struct Text {
   const uint32_t* cp;  // code points (invalid bytes as markers, which carry no class)
@@ -103,6 +104,16 @@ size_t match_whitespace_tail(size_t i, size_t run, size_t e) {
   if (run == e) return run;
   if (run - i >= 2) return run - 1;
   return run;
+}
+
+// \s*[\r\n]+|\s+(?!\S)|\s+ at the start i of a whitespace run (Qwen2, Llama 3, Tekken): up to the
+// run's last newline when it has one, else as match_whitespace_tail.
+size_t match_whitespace_newlines(const Text& t, size_t i, size_t e) {
+  const size_t run = run_end(i + 1, e, [&](size_t x) { return t.is(x, kS); });
+  for (size_t k = run; k > i; --k) {
+    if (t.crlf(k - 1)) return k;
+  }
+  return match_whitespace_tail(i, run, e);
 }
 
 // GPT-2 (also "default", and the second stage of SmolLM):
@@ -167,18 +178,56 @@ void split_llama3(const Text& t, size_t b, size_t e, size_t max_digits,
         j = run_end(t.other(i) ? i + 1 : i + 2, e, [&](size_t x) { return t.other(x); });
         j = run_end(j, e, [&](size_t x) { return t.crlf(x); });
       } else {
-        // Whitespace. \s*[\r\n]+ ends after the last newline of the run, if it has one.
-        const size_t run = run_end(i + 1, e, [&](size_t x) { return t.is(x, kS); });
-        j = 0;
-        for (size_t k = run; k > i; --k) {
-          if (t.crlf(k - 1)) {
-            j = k;
-            break;
-          }
-        }
-        if (j == 0) j = match_whitespace_tail(i, run, e);
+        j = match_whitespace_newlines(t, i, e);
       }
     }
+    ends.push_back(static_cast<uint32_t>(j));
+    i = j;
+  }
+}
+
+// Tekken (Mistral Nemo, Pixtral, Ministral, Mistral Small 3: the pattern of mistral-common's
+// tekken.json), with U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and W = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+//   [^\r\n\p{L}\p{N}]?U*W+|[^\r\n\p{L}\p{N}]?U+W*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+
+//   |\s+(?!\S)|\s+
+// A word ends where a lower-case letter is followed by an upper-case one ("HelloWorld" is "Hello",
+// "World"; "ABCdef" stays whole); Lm, Lo and marks are in both U and W. Digits stand alone.
+// The reference is mistral-common's tiktoken encoder. llama.cpp runs an ASCII stand-in for U and W
+// (letters other than a-z, letters other than A-Z), which cuts other scripts differently: it keeps
+// "МирМИР" whole where the reference gives "Мир", "МИР".
+void split_tekken(const Text& t, size_t b, size_t e, std::vector<uint32_t>& ends) {
+  auto upper = [&](size_t x) { return t.is(x, kM) || (t.is(x, kL) && !t.is(x, unicode::kLower)); };
+  auto lower = [&](size_t x) { return t.is(x, kM) || (t.is(x, kL) && !t.is(x, unicode::kUpper)); };
+  // U*W+ from s: U* takes its whole run, then gives back characters until a W follows. Returns
+  // the end of the match, or s when there is none.
+  auto upper_lower = [&](size_t s) {
+    const size_t u = run_end(s, e, upper);
+    for (size_t k = u + 1; k-- > s;) {
+      if (k < e && lower(k)) return run_end(k + 1, e, lower);
+    }
+    return s;
+  };
+  // U+W* from s: its end, or s when there is none.
+  auto upper_then_lower = [&](size_t s) {
+    const size_t u = run_end(s, e, upper);
+    return u == s ? s : run_end(u, e, lower);
+  };
+  size_t i = b;
+  while (i < e) {
+    // [^\r\n\p{L}\p{N}]? is tried with its character first, then without, for each alternative.
+    const bool prefix = i + 1 < e && !t.crlf(i) && !t.is(i, kL) && !t.is(i, kN);
+    auto word = [&](auto match) {
+      const size_t m = prefix ? match(i + 1) : i + 1;
+      return m > i + 1 ? m : match(i);
+    };
+    size_t j = word(upper_lower);
+    if (j == i) j = word(upper_then_lower);
+    if (j == i && t.is(i, kN)) j = i + 1;
+    if (j == i && (t.other(i) || (t.cp[i] == ' ' && i + 1 < e && t.other(i + 1)))) {
+      j = run_end(t.other(i) ? i + 1 : i + 2, e, [&](size_t x) { return t.other(x); });
+      j = run_end(j, e, [&](size_t x) { return t.crlf(x) || t.cp[x] == '/'; });
+    }
+    if (j == i) j = match_whitespace_newlines(t, i, e);  // all that is left: whitespace
     ends.push_back(static_cast<uint32_t>(j));
     i = j;
   }
@@ -250,7 +299,7 @@ constexpr const char* kEndOfGenerationTexts[] = {"<|im_end|>",    "<|eot_id|>", 
 
 struct PreName {
   const char* name;
-  int kind;       // 0 gpt2, 1 smollm, 2 qwen2, 3 llama3 (Tokenizer::Pre order)
+  int kind;       // 0 gpt2, 1 smollm, 2 qwen2, 3 llama3, 4 tekken (Tokenizer::Pre order)
   bool add_bos;   // the default of add_bos(): whether the reference tokenizer prepends BOS
 };
 // "deepseek-r1-qwen" (DeepSeek-R1-Distill-Qwen-*) is the Qwen2 tokenizer: its tokenizer.json has
@@ -258,6 +307,7 @@ struct PreName {
 constexpr PreName kPreNames[] = {
     {"qwen2", 2, false},    {"smollm", 1, false}, {"gpt-2", 0, false},    {"default", 0, false},
     {"llama-bpe", 3, true}, {"llama3", 3, true},  {"llama-v3", 3, true},  {"deepseek-r1-qwen", 2, true},
+    {"tekken", 4, true},
 };
 
 const PreName* find_pre(const std::string& name) {
@@ -431,7 +481,7 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
   }
   pre_name_ = pre;
   pre_ = static_cast<Pre>(pn->kind);
-  ignore_merges_ = pre_ == Pre::Llama3;
+  ignore_merges_ = pre_ == Pre::Llama3 || pre_ == Pre::Tekken;
   build_common(std::move(tokens), std::move(token_types), special);
   add_bos_ = special.add_bos.value_or(pn->add_bos);
   const size_t n = tokens_.size();
@@ -708,6 +758,7 @@ std::string_view Tokenizer::split_text(std::string_view text, Workspace& ws) con
     case Pre::SmolLM: split_smollm(t, 0, n, ws.ends); break;
     case Pre::Qwen2: split_llama3(t, 0, n, 1, ws.ends); break;
     case Pre::Llama3: split_llama3(t, 0, n, 3, ws.ends); break;
+    case Pre::Tekken: split_tekken(t, 0, n, ws.ends); break;
   }
   return text;
 }

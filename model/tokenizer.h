@@ -1,6 +1,7 @@
 // The two tokenizer models of GGUF files, reproducing the reference tokenizers id for id:
 //  - byte-level BPE (tokenizer.ggml.model "gpt2": GPT-2, Qwen2/Qwen2.5, SmolLM/SmolLM2, Llama 3,
-//    the DeepSeek-R1 distills);
+//    the DeepSeek-R1 distills, and the Tekken tokenizer of Mistral Nemo, Pixtral, Ministral and
+//    Mistral Small 3);
 //  - SentencePiece BPE (tokenizer.ggml.model "llama": Llama 2, TinyLlama, Mistral v0.1-v0.3), in
 //    tokenizer_spm.cpp: each run of text between special tokens gets a leading space (the dummy
 //    prefix) and has its spaces written as U+2581; its characters are then merged pairwise, the pair
@@ -58,8 +59,8 @@ enum class TokenType : int32_t {
 };
 
 // Ids of the special tokens; -1 where the vocabulary has none. add_bos unset means the default of
-// the tokenizer (true for SentencePiece and the llama-bpe and deepseek-r1-qwen pre-tokenizers,
-// false otherwise).
+// the tokenizer (true for SentencePiece and the llama-bpe, deepseek-r1-qwen and tekken
+// pre-tokenizers, false otherwise).
 struct SpecialTokenIds {
   int32_t unk = -1;  // SentencePiece: stands for a character with neither a piece nor byte tokens
   int32_t bos = -1;
@@ -150,7 +151,7 @@ class Tokenizer {
   const std::string& pre_tokenizer() const { return pre_name_; }
 
  private:
-  enum class Pre { Gpt2, SmolLM, Qwen2, Llama3 };  // numbered as kPreNames in tokenizer.cpp
+  enum class Pre { Gpt2, SmolLM, Qwen2, Llama3, Tekken };  // numbered as kPreNames in tokenizer.cpp
   struct MergeTable;  // open-addressing map (left id, right id) -> (rank, merged id)
   struct Workspace;   // per-call buffers of encode()
 
@@ -196,7 +197,7 @@ class Tokenizer {
 
   std::string pre_name_;
   Pre pre_ = Pre::Gpt2;
-  bool ignore_merges_ = false;  // Llama 3: a piece that is itself a token is emitted whole
+  bool ignore_merges_ = false;  // Llama 3, Tekken: a piece that is itself a token is emitted whole
   int32_t unk_ = -1, bos_ = -1, eos_ = -1, eot_ = -1, eom_ = -1, pad_ = -1;
   bool add_bos_ = false;
   std::vector<int32_t> end_of_generation_;

@@ -17,7 +17,8 @@
 namespace tllm::unicode {
 
 // Character class bits returned by flags(). The class bits follow the first letter of the general
-// category (L, N, M, P, S, Z, C); unassigned code points have no class bit.
+// category (L, N, M, P, S, Z, C); unassigned code points have no class bit. A letter of category
+// Lm or Lo carries neither kUpper nor kLower.
 enum Flag : uint16_t {
   kLetter = 1 << 0,       // \p{L}
   kNumber = 1 << 1,       // \p{N}
@@ -28,6 +29,8 @@ enum Flag : uint16_t {
   kOther = 1 << 6,        // \p{C} except unassigned (Cc, Cf, Co, Cs)
   kWhitespace = 1 << 7,   // \s: the White_Space property, as the reference regex engines define it
   kNfcCheck = 1 << 8,     // combining class != 0 or NFC_Quick_Check != Yes: text holding none is NFC
+  kUpper = 1 << 9,        // \p{Lu} or \p{Lt} (with kLetter); the Tekken pattern tells cases apart
+  kLower = 1 << 10,       // \p{Ll} (with kLetter)
 };
 
 // Code points at and above this value stand for one byte of invalid UTF-8 (see the file comment).

@@ -164,6 +164,51 @@ const std::vector<SplitCase> kSplits = {
     {"smollm", "abc123 x1", {"abc", "1", "2", "3", " x", "1"}},
     {"smollm", "\tword 12ab", {"\t", "word", " ", "1", "2", "ab"}},
     {"smollm", "I'll", {"I", "'ll"}},
+    // Tekken: generated with Python's `regex` module on the pattern of mistral-common's
+    // tekken.json (case changes, digits one by one, punctuation with trailing "\r\n/", whitespace,
+    // other scripts, titlecase (Lt) and modifier (Lm) letters, combining marks).
+    {"tekken", "HelloWorld", {"Hello", "World"}},
+    {"tekken", "ABCdef", {"ABCdef"}},
+    {"tekken", "HTTPServer error", {"HTTPServer", " error"}},
+    {"tekken", "iPhone McDonald's", {"i", "Phone", " Mc", "Donald", "'s"}},
+    {"tekken", "abcDEF ghI", {"abc", "DEF", " gh", "I"}},
+    {"tekken", "1234567 abc", {"1", "2", "3", "4", "5", "6", "7", " abc"}},
+    {"tekken", "x2y 3.14", {"x", "2", "y", " ", "3", ".", "1", "4"}},
+    {"tekken", "x!!!\r\n/y", {"x", "!!!\r\n/", "y"}},
+    {"tekken", "a.../\n//b", {"a", ".../\n//", "b"}},
+    {"tekken", " ?!\r\n\r\n", {" ?!\r\n\r\n"}},
+    {"tekken", "path/to/file /usr/bin/", {"path", "/to", "/file", " /", "usr", "/bin", "/"}},
+    {"tekken", "http://x.com/a?b=1", {"http", "://", "x", ".com", "/a", "?b", "=", "1"}},
+    {"tekken", "   Hello\n\n  x", {"  ", " Hello", "\n\n", " ", " x"}},
+    {"tekken", "x  \t y!!!\n\nz", {"x", "  \t", " y", "!!!\n\n", "z"}},
+    {"tekken", "a\r\n\r\nb", {"a", "\r\n\r\n", "b"}},
+    {"tekken", "\tword 12ab", {"\tword", " ", "1", "2", "ab"}},
+    {"tekken", "a \n b", {"a", " \n", " b"}},
+    {"tekken", "end   ", {"end", "   "}},
+    {"tekken", "\xC2\xA0x", {"\xC2\xA0x"}},
+    {"tekken", "I'M here, you'Re 'll", {"I", "'M", " here", ",", " you", "'Re", " '", "ll"}},
+    {"tekken", "(hello) ...\n  \n", {"(hello", ")", " ...\n", "  \n"}},
+    {"tekken", "\xD0\x9C\xD0\xB8\xD1\x80\xD0\x9C\xD0\x98\xD0\xA0 \xD0\xBC\xD0\xB8\xD1\x80",
+     {"\xD0\x9C\xD0\xB8\xD1\x80", "\xD0\x9C\xD0\x98\xD0\xA0", " \xD0\xBC\xD0\xB8\xD1\x80"}},
+    {"tekken", "\xCE\x91\xCE\xB8\xCE\xAE\xCE\xBD\xCE\xB1\xCE\x91\xCE\x98\xCE\x97\xCE\x9D\xCE\x91",
+     {"\xCE\x91\xCE\xB8\xCE\xAE\xCE\xBD\xCE\xB1", "\xCE\x91\xCE\x98\xCE\x97\xCE\x9D\xCE\x91"}},
+    {"tekken", "\xE4\xB8\xAD\xE6\x96\x87 \xE6\x97\xA5\xE6\x9C\xAC\xE3\x81\xAEText",
+     {"\xE4\xB8\xAD\xE6\x96\x87", " \xE6\x97\xA5\xE6\x9C\xAC\xE3\x81\xAEText"}},
+    {"tekken", "\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7 \xD8\xB9\xD8\xA7\xD9\x84\xD9\x85",
+     {"\xD9\x85\xD8\xB1\xD8\xAD\xD8\xA8\xD8\xA7", " \xD8\xB9\xD8\xA7\xD9\x84\xD9\x85"}},
+    {"tekken", " \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80",
+     {" \xE0\xA4\xB9\xE0\xA4\xBF\xE0\xA4\xA8\xE0\xA5\x8D\xE0\xA4\xA6\xE0\xA5\x80"}},
+    {"tekken", "\xC7\x85ungla \xC7\x84UNGLA", {"\xC7\x85ungla", " \xC7\x84UNGLA"}},
+    {"tekken", "x\xCA\xB0\xCA\xB2Y \xCA\xB0" "A", {"x\xCA\xB0\xCA\xB2", "Y", " \xCA\xB0", "A"}},
+    {"tekken", "e\xCC\x81x E\xCC\x81X Cafe\xCC\x81" "Bar",
+     {"e\xCC\x81x", " E\xCC\x81", "X", " Cafe\xCC\x81", "Bar"}},
+    {"tekken", " \xCC\x81" "a \xCC\x81\xCC\x81", {" \xCC\x81" "a", " \xCC\x81\xCC\x81"}},
+    {"tekken", "x \xCC\x80", {"x", " \xCC\x80"}},
+    {"tekken", ".\xCC\x81" "A", {".\xCC\x81", "A"}},
+    {"tekken", "\xE3\x80\x80\xE4\xB8\xAD\xE6\x96\x87", {"\xE3\x80\x80\xE4\xB8\xAD\xE6\x96\x87"}},
+    {"tekken", "\xF0\x9F\x98\x80Smile\xF0\x9F\x98\x80",
+     {"\xF0\x9F\x98\x80Smile", "\xF0\x9F\x98\x80"}},
+    {"tekken", "A\xC3\x9F\xE1\xBA\x9E\xC3\x9F" "B", {"A\xC3\x9F", "\xE1\xBA\x9E\xC3\x9F", "B"}},
 };
 
 TEST(Tokenizer, PreTokenizerFamilies) {
@@ -237,8 +282,16 @@ TEST(Tokenizer, Llama3EmitsWholePiecesThatAreTokens) {
   EXPECT_EQ(v.build("qwen2")->encode("abc"), bytes_of("abc"));
 }
 
+TEST(Tokenizer, TekkenEmitsWholePiecesThatAreTokens) {
+  Vocab v;
+  const int32_t abc = v.add("Abc");  // reachable by no merge, as tiktoken finds it in its ranks
+  EXPECT_EQ(v.build("tekken")->encode("AbcAbc"), std::vector<int32_t>({abc, abc}));
+  EXPECT_EQ(v.build("tekken")->encode("ABc"), bytes_of("ABc"));
+}
+
 TEST(Tokenizer, AddBosDefaultsAndOverride) {
   EXPECT_TRUE(Vocab().build("llama-bpe")->add_bos());
+  EXPECT_TRUE(Vocab().build("tekken")->add_bos());
   EXPECT_FALSE(Vocab().build("qwen2")->add_bos());
   SpecialTokenIds ids;
   ids.add_bos = false;
@@ -254,7 +307,7 @@ TEST(Tokenizer, InvalidUtf8RoundTripsByteByByte) {
   Vocab v;
   v.add("ab");
   v.merge("a", "b");
-  for (const char* pre : {"qwen2", "gpt-2", "smollm", "llama-bpe"}) {
+  for (const char* pre : {"qwen2", "gpt-2", "smollm", "llama-bpe", "tekken"}) {
     const auto tok = v.build(pre);
     uint32_t state = 12345;
     for (int n = 0; n < 300; ++n) {

@@ -68,6 +68,20 @@ TEST(UnicodeFlags, Classes) {
   EXPECT_FALSE(flags(0x0301) & kLetter);   // marks are not letters: [^\s\p{L}\p{N}] holds them
 }
 
+// The letter cases the Tekken pattern tells apart: \p{Lu} and \p{Lt} against \p{Ll}; \p{Lm},
+// \p{Lo}, marks and non-letters carry neither bit.
+TEST(UnicodeFlags, LetterCases) {
+  for (uint32_t cp : {0x41u, 0xC0u, 0x391u, 0x41Fu, 0x1E9Eu, 0x1C5u, 0x1F88u, 0x10400u}) {
+    EXPECT_EQ(flags(cp) & (kLetter | kUpper | kLower), kLetter | kUpper) << std::hex << cp;
+  }
+  for (uint32_t cp : {0x61u, 0xDFu, 0x3B1u, 0x43Fu, 0x1D41Au, 0x10428u}) {
+    EXPECT_EQ(flags(cp) & (kLetter | kUpper | kLower), kLetter | kLower) << std::hex << cp;
+  }
+  for (uint32_t cp : {0x2B0u, 0x4E2Du, 0x5D0u, 0xAC00u, 0x301u, 0x31u, 0x20u, 0x2160u}) {
+    EXPECT_EQ(flags(cp) & (kUpper | kLower), 0) << std::hex << cp;
+  }
+}
+
 TEST(UnicodeFlags, WhitespaceIsTheWhiteSpaceProperty) {
   for (uint32_t cp : {0x09u, 0x0Au, 0x0Bu, 0x0Cu, 0x0Du, 0x20u, 0x85u, 0xA0u, 0x1680u, 0x2000u,
                       0x200Au, 0x2028u, 0x2029u, 0x202Fu, 0x205Fu, 0x3000u}) {
