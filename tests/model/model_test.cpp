@@ -652,6 +652,21 @@ void expect_same_top1_and_close(const std::vector<float>& cpu, const std::vector
   EXPECT_LT(worst_rel, 0.01f) << what << ": max |cpu - cuda| relative to the logit range";
 }
 
+// Decode steps at positions pos0 .. pos0 + steps - 1 on the oracle and on CUDA, each fed the
+// oracle's greedy token (the first from the step or prompt before), each step's logits compared.
+void expect_decode_steps_match_cpu(Model& cpu, Model& gpu, int pos0, int steps,
+                                   const std::string& what) {
+  const int V = cpu.config().n_vocab;
+  int32_t t = cpu.argmax();
+  for (int pos = pos0; pos < pos0 + steps; ++pos) {
+    for (Model* m : {&cpu, &gpu}) m->decode(t, pos);
+    const std::vector<float> a = last_logits(cpu);
+    expect_same_top1_and_close(a, last_logits(gpu), V,
+                               what + " decode at position " + std::to_string(pos));
+    t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+  }
+}
+
 TEST(CudaEndToEnd, SyntheticQwen25LogitsMatchCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   const std::string path = synth_file("qwen25");
@@ -676,13 +691,7 @@ TEST(CudaEndToEnd, TinyLlama3RopeScalingMatchesCpu_cuda) {
   const int V = cpu.model->config().n_vocab;
   const auto toks = test_prompt(40, V);
   expect_same_top1_and_close(all_logits(*cpu.model, toks), all_logits(*gpu.model, toks), V, "tiny llama 3 prompt");
-  int32_t t = cpu.model->argmax();
-  for (int pos = int(toks.size()); pos < int(toks.size()) + 16; ++pos) {
-    for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
-    const std::vector<float> a = last_logits(*cpu.model);
-    expect_same_top1_and_close(a, last_logits(*gpu.model), V, "tiny llama 3 decode at " + std::to_string(pos));
-    t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-  }
+  expect_decode_steps_match_cpu(*cpu.model, *gpu.model, int(toks.size()), 16, "tiny llama 3");
 }
 
 // Heads whose width is not n_embd / n_head (attention.key_length) on CUDA as on the CPU oracle:
@@ -710,14 +719,7 @@ TEST(CudaEndToEnd, HeadsOfTheirOwnWidthMatchCpu_cuda) {
       const int n = boundary - 12;
       const auto toks = test_prompt(n, V);
       for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), n, 0);
-      int32_t t = cpu.model->argmax();
-      for (int pos = n; pos < n + 24; ++pos) {
-        for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
-        const std::vector<float> a = last_logits(*cpu.model);
-        expect_same_top1_and_close(a, last_logits(*gpu.model), V,
-                                   "decode at position " + std::to_string(pos));
-        t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-      }
+      expect_decode_steps_match_cpu(*cpu.model, *gpu.model, n, 24, preset);
     }
     Loaded plain = load(path, "cuda", n_ctx, 64, /*graphs=*/false);
     GenerateOptions g;
@@ -746,13 +748,7 @@ TEST(CudaEndToEnd, SyntheticQwen25DecodeAcrossContextClassesMatchesCpu_cuda) {
     const int n = boundary - 12;
     const auto toks = test_prompt(n, V);
     for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), n, 0);
-    int32_t t = cpu.model->argmax();
-    for (int pos = n; pos < n + 24; ++pos) {
-      for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
-      const std::vector<float> a = last_logits(*cpu.model);
-      expect_same_top1_and_close(a, last_logits(*gpu.model), V, "decode at position " + std::to_string(pos));
-      t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-    }
+    expect_decode_steps_match_cpu(*cpu.model, *gpu.model, n, 24, "synthetic Qwen2.5-0.5B");
 
     Model& m = *gpu.model;
     static_assert(12 % Model::kDecodeRunMax != 0, "a run must cross the class boundary, 12 rows in");
