@@ -412,6 +412,7 @@ int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const st
                   : preset == "tiny-llama"  ? tiny_llama_test_model()
                   : preset == "tiny-llama2" ? tiny_llama2_test_model()
                   : preset == "tiny-llama3" ? tiny_llama3_test_model()
+                  : preset == "tiny-nemo"   ? tiny_nemo_test_model()
                                             : qwen25_05b_q4km();
   if (seed_given) c.seed = seed;
   if (!tokenizer_dir.empty() && c.vocab != SynthVocab::ByteLevel) {
@@ -484,8 +485,10 @@ int main_body(int argc, char** argv) {
   s->add_option("--preset", synth_preset,
                 "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), tiny, tiny-llama, tiny-llama2 (with "
                 "a SentencePiece vocabulary and the Llama 2 chat template), tiny-llama3 (with Llama 3.1's "
-                "rope scaling)")
-      ->check(CLI::IsMember({"qwen2.5-0.5b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3"}));
+                "rope scaling), tiny-nemo (heads of head_dim 128 from attention.key_length, "
+                "not n_embd / n_head, as Mistral-Nemo's)")
+      ->check(CLI::IsMember(
+          {"qwen2.5-0.5b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3", "tiny-nemo"}));
   CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights")->check(seed_validator());
   s->add_flag("-q,--quiet", synth_quiet, "no progress");
 

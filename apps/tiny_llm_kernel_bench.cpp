@@ -27,6 +27,7 @@ struct Shapes {
   int n_embd = 896, n_ff = 4864, n_head = 14, n_head_kv = 2, head_dim = 64, n_vocab = 151936;
   float rms_eps = 1e-6f, theta = 1e6f;
   RopeMode mode = RopeMode::Neox;
+  int q_dim() const { return n_head * head_dim; }  // the attention output; need not be n_embd
   int qkv_dim() const { return (n_head + 2 * n_head_kv) * head_dim; }
 };
 
@@ -145,17 +146,17 @@ class Bench {
 
 void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>& contexts) {
   Backend& be = b.backend();
-  const int E = s.n_embd, F = s.n_ff, Q = s.qkv_dim(), V = s.n_vocab;
+  const int E = s.n_embd, F = s.n_ff, A = s.q_dim(), Q = s.qkv_dim(), V = s.n_vocab;
   const int max_ctx = std::max(prefill_m, *std::max_element(contexts.begin(), contexts.end()));
   Buffer x = b.buffer_f32(size_t(prefill_m) * std::max(E, F) * 2, 1.0f);
-  Buffer x16 = b.buffer_f16(size_t(prefill_m) * std::max(E, 2 * F), 1.0f);
+  Buffer x16 = b.buffer_f16(size_t(prefill_m) * std::max({E, 2 * F, A}), 1.0f);
   Buffer y = b.buffer_f32(size_t(prefill_m) * std::max({Q, 2 * F, E}), 1.0f);
   Buffer logits = b.buffer_f32(size_t(V), 1.0f);
   Buffer normw = b.buffer_f32(size_t(std::max(E, F)), 1.0f);
   Buffer bias = b.buffer_f32(size_t(Q), 0.1f);
   Buffer kc = b.buffer_f16(size_t(s.n_head_kv) * max_ctx * s.head_dim, 1.0f);
   Buffer vc = b.buffer_f16(size_t(s.n_head_kv) * max_ctx * s.head_dim, 1.0f);
-  Buffer out16 = b.buffer_f16(size_t(prefill_m) * std::max(E, F), 1.0f);
+  Buffer out16 = b.buffer_f16(size_t(prefill_m) * std::max({E, F, A}), 1.0f);
   std::vector<int32_t> posv(static_cast<size_t>(prefill_m));
   for (int i = 0; i < prefill_m; ++i) posv[size_t(i)] = i;
   Buffer pos = b.buffer_i32(posv);
@@ -170,7 +171,7 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
     bool norm, swiglu, acc;
   };
   const Gemm gemms[] = {{"qkv_proj", Q, E, true, false, false},
-                        {"attn_out_proj", E, E, false, false, true},
+                        {"attn_out_proj", E, A, false, false, true},
                         {"ffn_gate_up", 2 * F, E, true, true, false},
                         {"ffn_down", E, F, false, false, true}};
   for (const Gemm& g : gemms) {
@@ -261,7 +262,7 @@ void bench_all(Bench& b, const Shapes& s, int prefill_m, const std::vector<int>&
     if (ctx > 1024) continue;
     // With the output projection fused in, as a decode step of up to 1,024 cache rows runs it (past
     // 256 rows with the rows split over the blocks of a cluster).
-    auto wo = b.matrices(WeightType::W8, E, s.n_head * s.head_dim);
+    auto wo = b.matrices(WeightType::W8, E, A);
     a.y = y.as<float>();
     a.max_n_kv = ctx;
     b.run("w8a16_matmul_m1_attention_decode", "n_kv=" + std::to_string(ctx) + " N=" + std::to_string(E),

@@ -1,7 +1,7 @@
 // matmul: the projections of one Qwen2.5-0.5B layer with the fusions the model uses, as the decode
 // GEMV (matmul_m1, M = 1) and as the prefill GEMM (matmul, M = 64 and 512), plus the F16 lm_head GEMV.
 //   qkv_proj     (qkv_dim, n_embd)  = (1152, 896)   rmsnorm prologue + bias
-//   attn_out     (n_embd, n_embd)   = (896, 896)    accumulate into the residual
+//   attn_out     (n_embd, q_dim)    = (896, 896)    accumulate into the residual
 //   ffn_gate_up  (2·n_ff, n_embd)   = (9728, 896)   rmsnorm prologue + SwiGLU epilogue
 //   ffn_down     (n_embd, n_ff)     = (896, 4864)   accumulate into the residual
 //   lm_head      (n_vocab, n_embd)  = (151936, 896) F16, rmsnorm prologue (slow on the CPU backend)
@@ -25,7 +25,7 @@ struct Projection {
 std::vector<Projection> projections() {
   const ModelShape& s = kModel;
   return {{"qkv_proj", s.qkv_dim(), s.n_embd, true, true, false, false},
-          {"attn_out", s.n_embd, s.n_embd, false, false, false, true},
+          {"attn_out", s.n_embd, s.q_dim(), false, false, false, true},
           {"ffn_gate_up", 2 * s.n_ff, s.n_embd, true, false, true, false},
           {"ffn_down", s.n_embd, s.n_ff, false, false, false, true}};
 }

@@ -181,22 +181,33 @@ ModelConfig read_model_config(const GgufFile& f) {
     fail(f, "attention.head_count_kv = " + std::to_string(c.n_head_kv) + " does not divide head_count = " +
                 std::to_string(c.n_head));
   }
-  if (c.n_embd % c.n_head != 0) {
+  // The heads' width: attention.key_length where the file gives it (Mistral-Nemo: 128, where
+  // n_embd / n_head is 160), else n_embd / n_head. Values take attention.value_length, with the
+  // same default, as llama.cpp reads them; keys, values and the rotary part must all be head_dim
+  // wide.
+  const std::string key_length = a + "attention.key_length";
+  const std::string value_length = a + "attention.value_length";
+  const bool has_key_length = f.find(key_length) != nullptr;
+  const bool has_value_length = f.find(value_length) != nullptr;
+  if ((!has_key_length || !has_value_length) && c.n_embd % c.n_head != 0) {
     fail(f, "embedding_length = " + std::to_string(c.n_embd) + " is not a multiple of head_count = " +
                 std::to_string(c.n_head));
   }
-  c.head_dim = c.n_embd / c.n_head;
-  // Models whose heads are not n_embd / n_head wide (Mistral-Nemo, say) say so in these keys; the
-  // forward pass sizes q, k, v and the output projection by n_embd and cannot run them.
-  for (const char* k : {"attention.key_length", "attention.value_length"}) {
-    if (f.find(a + k) && f.get_int(a + k) != c.head_dim) {
-      fail(f, "metadata '" + a + k + "' = " + std::to_string(f.get_int(a + k)) +
-                  " is not embedding_length / head_count = " + std::to_string(c.head_dim) +
-                  "; heads of another width are not supported");
-    }
-  }
+  const int default_width = c.n_embd / c.n_head;
+  c.head_dim = has_key_length ? positive_int(f, key_length, kMaxWidth) : default_width;
   if (c.head_dim % 2 != 0 || c.head_dim > 256) {
     fail(f, "head dimension " + std::to_string(c.head_dim) + " is not supported (even, at most 256)");
+  }
+  const int value_dim = has_value_length ? positive_int(f, value_length, kMaxWidth) : default_width;
+  if (value_dim != c.head_dim) {
+    const auto source = [&](bool given, const std::string& key) {
+      return given ? "metadata '" + key + "'"
+                   : "embedding_length / head_count, without '" + key + "'";
+    };
+    fail(f, "value heads are " + std::to_string(value_dim) + " wide (" +
+                source(has_value_length, value_length) + ") but key heads " +
+                std::to_string(c.head_dim) + " (" + source(has_key_length, key_length) +
+                "); heads whose values and keys differ in width are not supported");
   }
   if (f.find(a + "rope.dimension_count") && f.get_int(a + "rope.dimension_count") != c.head_dim) {
     fail(f, "partial rotary embeddings (rope.dimension_count = " +
@@ -227,13 +238,13 @@ ModelConfig read_model_config(const GgufFile& f) {
 }
 
 struct Model::Layer {
-  std::unique_ptr<Matrix> wqkv;   // (qkv_dim, n_embd) W8: Q, K, V rows stacked
-  std::unique_ptr<Matrix> wo;     // (n_embd, n_embd) W8
+  std::unique_ptr<Matrix> wqkv;   // ((n_head + 2·n_head_kv)·head_dim, n_embd) W8: Q, K, V rows
+  std::unique_ptr<Matrix> wo;     // (n_embd, n_head·head_dim) W8
   std::unique_ptr<Matrix> wgu;    // (2·n_ff, n_embd) W8: gate rows, then up rows
   std::unique_ptr<Matrix> wdown;  // (n_embd, n_ff) W8
   Buffer attn_norm;               // (n_embd) f32
   Buffer ffn_norm;                // (n_embd) f32
-  Buffer bqkv;                    // (qkv_dim) f32, empty without QKV bias
+  Buffer bqkv;                    // ((n_head + 2·n_head_kv)·head_dim) f32, empty without QKV bias
   Buffer k_cache;                 // (n_head_kv, n_ctx, head_dim) f16
   Buffer v_cache;                 // (n_head_kv, n_ctx, head_dim) f16
 };
@@ -243,16 +254,18 @@ Model::~Model() = default;
 
 ModelFootprint Model::footprint(const ModelConfig& c, const LoadOptions& opt) {
   ModelFootprint fp;
-  const size_t E = size_t(c.n_embd), F = size_t(c.n_ff), Q = size_t(c.qkv_dim()), V = size_t(c.n_vocab);
+  const size_t E = size_t(c.n_embd), F = size_t(c.n_ff), V = size_t(c.n_vocab);
+  const size_t QKV = size_t(c.qkv_dim()), Q = size_t(c.q_dim());
   auto w8 = [](size_t n, size_t k) { return n * k + n * (k / kW8Group) * sizeof(half_t); };
-  const size_t per_layer = w8(Q, E) + w8(E, E) + w8(2 * F, E) + w8(E, F) + (2 * E + Q) * sizeof(float);
+  const size_t per_layer =
+      w8(QKV, E) + w8(E, Q) + w8(2 * F, E) + w8(E, F) + (2 * E + QKV) * sizeof(float);
   fp.weight_bytes = per_layer * size_t(c.n_layer) + V * E * sizeof(half_t) + E * sizeof(float) +
                     c.rope_freq_factors.size() * sizeof(float);
   if (!c.tied_embeddings) fp.weight_bytes += w8(V, E);
   const int n_ctx = std::min(opt.n_ctx, c.n_ctx_train);
   fp.kv_cache_bytes = size_t(c.n_layer) * 2 * size_t(c.n_head_kv) * size_t(n_ctx) * size_t(c.head_dim) * sizeof(half_t);
   const size_t B = size_t(opt.max_batch);
-  fp.activation_bytes = B * E * 4 + B * Q * 4 + B * E * 2 + B * F * 2 + 2 * B * 4 + V * 4 + 16;
+  fp.activation_bytes = B * E * 4 + B * QKV * 4 + B * Q * 2 + B * F * 2 + 2 * B * 4 + V * 4 + 16;
   return fp;
 }
 
@@ -268,7 +281,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   eff.max_batch = m->max_batch_;
   m->footprint_ = footprint(c, eff);
 
-  const int64_t E = c.n_embd, F = c.n_ff, KV = c.kv_dim();
+  const int64_t E = c.n_embd, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim();
   // Check every tensor before converting any, so a bad file fails fast and allocates nothing.
   // The tensors the forward pass reads: each checked by `need`; rope_freqs.weight, when present, was
   // checked by read_model_config.
@@ -280,16 +293,16 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   for (int l = 0; l < c.n_layer; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     need(p + "attn_norm.weight", {E});
-    need(p + "attn_q.weight", {E, E});
+    need(p + "attn_q.weight", {E, Q});
     need(p + "attn_k.weight", {E, KV});
     need(p + "attn_v.weight", {E, KV});
-    need(p + "attn_output.weight", {E, E});
+    need(p + "attn_output.weight", {Q, E});
     need(p + "ffn_norm.weight", {E});
     need(p + "ffn_gate.weight", {E, F});
     need(p + "ffn_up.weight", {E, F});
     need(p + "ffn_down.weight", {F, E});
     if (c.qkv_bias) {
-      need(p + "attn_q.bias", {E});
+      need(p + "attn_q.bias", {Q});
       need(p + "attn_k.bias", {KV});
       need(p + "attn_v.bias", {KV});
     }
@@ -305,9 +318,12 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
                   " forward pass; the file cannot be run correctly");
     }
   }
-  if (E % kW8Group != 0 || F % kW8Group != 0) {
-    throw ModelError(f.path() + ": widths " + std::to_string(E) + "/" + std::to_string(F) +
-                     " are not multiples of the W8 group size " + std::to_string(kW8Group));
+  // The rows of every matrix the layers requantise to W8: n_embd, n_ff and (the output
+  // projection's) n_head·head_dim.
+  if (E % kW8Group != 0 || F % kW8Group != 0 || Q % kW8Group != 0) {
+    throw ModelError(f.path() + ": widths " + std::to_string(E) + "/" + std::to_string(F) + "/" +
+                     std::to_string(Q) + " (n_embd/n_ff/n_head·head_dim) are not multiples of " +
+                     "the W8 group size " + std::to_string(kW8Group));
   }
 
   const size_t total = size_t(c.n_layer) + 1;
@@ -365,7 +381,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   const size_t B = size_t(m->max_batch_);
   m->x_ = be.alloc(B * size_t(E) * sizeof(float));
   m->qkv_ = be.alloc(B * size_t(c.qkv_dim()) * sizeof(float));
-  m->attn_ = be.alloc(B * size_t(E) * sizeof(half_t));
+  m->attn_ = be.alloc(B * size_t(Q) * sizeof(half_t));
   m->ffn_ = be.alloc(B * size_t(F) * sizeof(half_t));
   m->prompt_ = be.alloc(2 * B * sizeof(int32_t));
   m->logits_ = be.alloc(size_t(c.n_vocab) * sizeof(float));
@@ -703,7 +719,7 @@ std::vector<Model::GemmShape> Model::decode_gemms() const {
   const Layer& L = *layers_.front();
   return {
       {"qkv_proj", c.qkv_dim(), c.n_embd, WeightType::W8, L.wqkv->stream_bytes()},
-      {"attn_out_proj", c.n_embd, c.n_embd, WeightType::W8, L.wo->stream_bytes()},
+      {"attn_out_proj", c.n_embd, c.q_dim(), WeightType::W8, L.wo->stream_bytes()},
       {"ffn_gate_up", int64_t(2) * c.n_ff, c.n_embd, WeightType::W8, L.wgu->stream_bytes()},
       {"ffn_down", c.n_embd, c.n_ff, WeightType::W8, L.wdown->stream_bytes()},
       {"lm_head", c.n_vocab, c.n_embd, WeightType::F16, lm_head_->stream_bytes()},

@@ -12,7 +12,8 @@
 //   x    += attn · W_oᵀ                          matmul, accumulate
 //   ffn   = silu([rmsnorm(x)]·W_gateᵀ) * (·W_upᵀ) matmul with rmsnorm prologue + SwiGLU epilogue
 //   x    += ffn · W_downᵀ                        matmul, accumulate
-// and at the end logits = [rmsnorm(x)] · lm_headᵀ.
+// and at the end logits = [rmsnorm(x)] · lm_headᵀ. Heads are head_dim wide (attention.key_length
+// where the file gives it), so q and attn hold n_head·head_dim values, which need not be n_embd.
 #pragma once
 
 #include <array>
@@ -40,7 +41,7 @@ struct ModelConfig {
   int n_ff = 0;
   int n_head = 0;
   int n_head_kv = 0;
-  int head_dim = 0;        // n_embd / n_head
+  int head_dim = 0;        // attention.key_length (= value_length), or n_embd / n_head without it
   int n_vocab = 0;
   int n_ctx_train = 0;     // context length the model was trained for
   float rope_theta = 10000.0f;
@@ -52,6 +53,8 @@ struct ModelConfig {
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
   bool qkv_bias = false;
+  // q and the attention output: need not be n_embd (Mistral-Nemo: 4096 of n_embd 5120).
+  int q_dim() const { return n_head * head_dim; }
   int qkv_dim() const { return (n_head + 2 * n_head_kv) * head_dim; }
   int kv_dim() const { return n_head_kv * head_dim; }
 };
@@ -194,8 +197,8 @@ class Model {
 
   // Activations, sized for max_batch rows at load time.
   Buffer x_;          // (max_batch, n_embd) f32 residual stream
-  Buffer qkv_;        // (max_batch, qkv_dim) f32
-  Buffer attn_;       // (max_batch, n_embd) f16 attention output
+  Buffer qkv_;        // (max_batch, (n_head + 2·n_head_kv)·head_dim) f32
+  Buffer attn_;       // (max_batch, n_head·head_dim) f16 attention output
   Buffer ffn_;        // (max_batch, n_ff) f16 SwiGLU output
   Buffer prompt_;     // (2 · max_batch) i32: a prefill chunk's m token ids (when uploaded), then its m positions
   Buffer logits_;     // (n_vocab) f32

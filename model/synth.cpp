@@ -74,16 +74,19 @@ void validate(const SynthConfig& c) {
       c.n_vocab <= 0 || c.n_ctx <= 0) {
     bad_config("n_layer, n_embd, n_ff, n_head, n_head_kv, n_vocab and n_ctx must be positive");
   }
-  if (c.n_embd % c.n_head != 0) {
+  if (c.head_dim < 0) bad_config("head_dim must not be negative (0: n_embd / n_head)");
+  if (c.head_dim == 0 && c.n_embd % c.n_head != 0) {
     bad_config("n_embd " + std::to_string(c.n_embd) + " is not a multiple of n_head " + std::to_string(c.n_head));
   }
-  if ((c.n_embd / c.n_head) % 2 != 0) bad_config("head_dim " + std::to_string(c.n_embd / c.n_head) + " is odd");
+  if (c.head_width() % 2 != 0) bad_config("head_dim " + std::to_string(c.head_width()) + " is odd");
   if (c.n_head % c.n_head_kv != 0) {
     bad_config("n_head " + std::to_string(c.n_head) + " is not a multiple of n_head_kv " +
                std::to_string(c.n_head_kv));
   }
-  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0) bad_config("n_embd and n_ff must be multiples of 32");
-  if (!c.rope_freqs.empty() && int(c.rope_freqs.size()) != c.n_embd / c.n_head / 2) {
+  if (c.n_embd % 32 != 0 || c.n_ff % 32 != 0 || c.n_head * c.head_width() % 32 != 0) {
+    bad_config("n_embd, n_ff and n_head·head_dim must be multiples of 32");
+  }
+  if (!c.rope_freqs.empty() && int(c.rope_freqs.size()) != c.head_width() / 2) {
     bad_config("rope_freqs has " + std::to_string(c.rope_freqs.size()) + " values, expected head_dim/2");
   }
   if (c.vocab == SynthVocab::SentencePiece && !c.tokenizer_dir.empty()) {
@@ -376,6 +379,15 @@ SynthConfig tiny_llama_test_model() {
   return c;
 }
 
+SynthConfig tiny_nemo_test_model() {
+  SynthConfig c = tiny_llama_test_model();
+  c.name = "Synthetic tiny llama with Mistral-Nemo's head width";
+  c.n_embd = 256;
+  c.head_dim = 128;
+  c.n_ctx = 2048;  // room for the longer contexts of the CUDA decode forms (tests/model)
+  return c;
+}
+
 SynthConfig tiny_llama2_test_model() {
   SynthConfig c = tiny_llama_test_model();
   c.name = "Synthetic tiny llama 2";
@@ -393,7 +405,7 @@ SynthConfig tiny_llama3_test_model() {
   // where it is over original, and is interpolated between (the smooth ramp of Llama 3.1's
   // scaling). Llama 3.1 has original = 8192; 64 here puts the ramp where a test's positions turn.
   const double factor = 8, low = 1, high = 4, original = 64, pi = 3.14159265358979323846;
-  const int head_dim = c.n_embd / c.n_head;
+  const int head_dim = c.head_width();
   for (int j = 0; j < head_dim / 2; ++j) {
     const double wavelength = 2 * pi / std::pow(double(c.rope_theta), -2.0 * j / head_dim);
     double f = 1;
@@ -411,8 +423,8 @@ SynthConfig tiny_llama3_test_model() {
 std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
   validate(c);
   const int64_t n_embd = c.n_embd, n_ff = c.n_ff, n_vocab = c.n_vocab;
-  const int64_t head_dim = c.n_embd / c.n_head;
-  const int64_t kv_dim = c.n_head_kv * head_dim;
+  const int64_t head_dim = c.head_width();
+  const int64_t q_dim = c.n_head * head_dim, kv_dim = c.n_head_kv * head_dim;
   std::vector<SynthTensor> ts;
   auto add = [&](const std::string& name, GgmlType type, std::vector<int64_t> dims) {
     ts.push_back({name, type, std::move(dims)});
@@ -426,13 +438,13 @@ std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
     const std::string p = "blk." + std::to_string(l) + ".";
     const Role more = use_more_bits(l, c.n_layer) ? Role::MoreBitsMatrix : Role::Matrix;
     add(p + "attn_norm.weight", GgmlType::F32, {n_embd});
-    matrix(p + "attn_q.weight", Role::Matrix, n_embd, n_embd);                 // (n_head·head_dim, n_embd)
-    if (c.qkv_bias) add(p + "attn_q.bias", GgmlType::F32, {n_embd});
+    matrix(p + "attn_q.weight", Role::Matrix, n_embd, q_dim);        // (n_head·head_dim, n_embd)
+    if (c.qkv_bias) add(p + "attn_q.bias", GgmlType::F32, {q_dim});
     matrix(p + "attn_k.weight", Role::Matrix, n_embd, kv_dim);                 // (n_head_kv·head_dim, n_embd)
     if (c.qkv_bias) add(p + "attn_k.bias", GgmlType::F32, {kv_dim});
     matrix(p + "attn_v.weight", more, n_embd, kv_dim);                         // (n_head_kv·head_dim, n_embd)
     if (c.qkv_bias) add(p + "attn_v.bias", GgmlType::F32, {kv_dim});
-    matrix(p + "attn_output.weight", Role::Matrix, n_embd, n_embd);            // (n_embd, n_head·head_dim)
+    matrix(p + "attn_output.weight", Role::Matrix, q_dim, n_embd);   // (n_embd, n_head·head_dim)
     add(p + "ffn_norm.weight", GgmlType::F32, {n_embd});
     matrix(p + "ffn_gate.weight", Role::Matrix, n_embd, n_ff);                 // (n_ff, n_embd)
     matrix(p + "ffn_up.weight", Role::Matrix, n_embd, n_ff);                   // (n_ff, n_embd)
@@ -461,7 +473,11 @@ void write_synth_model(const SynthConfig& c, const std::string& path,
   w.set_u32(a + "block_count", uint32_t(c.n_layer));
   w.set_u32(a + "attention.head_count", uint32_t(c.n_head));
   w.set_u32(a + "attention.head_count_kv", uint32_t(c.n_head_kv));
-  w.set_u32(a + "rope.dimension_count", uint32_t(c.n_embd / c.n_head));
+  if (c.head_dim) {
+    w.set_u32(a + "attention.key_length", uint32_t(c.head_dim));
+    w.set_u32(a + "attention.value_length", uint32_t(c.head_dim));
+  }
+  w.set_u32(a + "rope.dimension_count", uint32_t(c.head_width()));
   w.set_f32(a + "rope.freq_base", c.rope_theta);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   const bool spm = !vocab.scores.empty();

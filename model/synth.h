@@ -46,7 +46,10 @@ struct SynthConfig {
   int n_embd = 896;
   int n_ff = 4864;
   int n_head = 14;
-  int n_head_kv = 2;           // head_dim = n_embd / n_head
+  int n_head_kv = 2;
+  // Width of the attention heads, written as attention.key_length and value_length; 0: n_embd /
+  // n_head, and neither key is written (as for Qwen2.5 and Llama).
+  int head_dim = 0;
   int n_vocab = 151936;        // rows of token_embd.weight and length of the token list
   int n_ctx = 32768;           // <arch>.context_length
   float rope_theta = 1e6f;
@@ -63,6 +66,9 @@ struct SynthConfig {
   // Folder with a Hugging Face byte-level BPE tokenizer (vocab.json + merges.txt); ByteLevel only.
   // Empty: a byte-level vocabulary without merges (see write_synth_model).
   std::string tokenizer_dir;
+
+  // head_dim, or n_embd / n_head where it is 0.
+  int head_width() const { return head_dim ? head_dim : n_embd / n_head; }
 };
 
 // One tensor of the model as it will be declared in the file.
@@ -87,6 +93,10 @@ SynthConfig tiny_llama_test_model();
 // original context of 64 instead of 8192 so that the scaling changes short prompts, and weights 5
 // times as large as tiny_llama_test_model's so that attention depends on where the heads turn.
 SynthConfig tiny_llama3_test_model();
+// tiny_llama_test_model with heads as wide as Mistral-Nemo's (head_dim 128 from
+// attention.key_length, not n_embd / n_head): n_embd 256, 4 heads / 2 KV heads, so that q and the
+// attention output hold n_head·head_dim = 512 values, twice n_embd; n_ctx 2048.
+SynthConfig tiny_nemo_test_model();
 // tiny_llama_test_model with Llama 2's tokenizer layout: the SentencePiece vocabulary and the
 // Llama 2 chat template (see write_synth_model), n_vocab 320 to hold its 299 pieces.
 SynthConfig tiny_llama2_test_model();
@@ -95,7 +105,7 @@ SynthConfig tiny_llama2_test_model();
 // attn_norm, attn_q (+bias), attn_k (+bias), attn_v (+bias), attn_output, ffn_norm, ffn_gate,
 // ffn_up, ffn_down, then output_norm.weight, when untied output.weight, and rope_freqs.weight when
 // the config has rope_freqs. Throws GgufError when
-// the config is inconsistent (head counts, block sizes, vocabulary size).
+// the config is inconsistent (head counts and width, block sizes, vocabulary size).
 std::vector<SynthTensor> synth_tensors(const SynthConfig& c);
 
 // Writes the model to `path`; progress(done_bytes, total_bytes) as tensor data is written.

@@ -119,6 +119,16 @@ TEST(Synth, RejectsInconsistentConfigs) {
   c.n_ff = 100;
   expect_error(c, "multiples of 32");
   c = tiny_test_model();
+  c.head_dim = -2;
+  expect_error(c, "head_dim must not be negative");
+  c.head_dim = 9;
+  expect_error(c, "head_dim 9 is odd");
+  c.head_dim = 6;  // q rows of 4 · 6 = 24 values: the output projection's rows are not whole blocks
+  expect_error(c, "n_embd, n_ff and n_head·head_dim must be multiples of 32");
+  c.head_dim = 32;
+  c.rope_freqs.assign(8, 1.0f);  // n_embd / n_head / 2, not head_dim / 2
+  expect_error(c, "rope_freqs has 8 values, expected head_dim/2");
+  c = tiny_test_model();
   c.n_vocab = 200;
   expect_error(c, "n_vocab 200 is smaller than the 259 tokens");
   c = tiny_test_model();
@@ -232,6 +242,39 @@ TEST(Synth, TinyLlamaMetadata) {
   ASSERT_NE(f.find_tensor("output.weight"), nullptr);
   EXPECT_EQ(f.find_tensor("output.weight")->dims, (std::vector<int64_t>{64, 272}));
   EXPECT_EQ(f.find_tensor("blk.1.attn_k.bias"), nullptr);
+}
+
+// Heads of their own width: q and the output projection n_head·head_dim wide, the KV projections
+// n_head_kv·head_dim, and the width written as attention.key_length and value_length (and as the
+// rope's dimension count). Without head_dim, neither key is written.
+TEST(Synth, HeadDimSetsTheAttentionShapesAndKeys) {
+  TinyFile t(tiny_nemo_test_model());
+  const GgufFile& f = *t.file;
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_int("llama.embedding_length"), 256);
+  EXPECT_EQ(f.get_int("llama.attention.head_count"), 4);
+  EXPECT_EQ(f.get_int("llama.attention.head_count_kv"), 2);
+  EXPECT_EQ(f.get_int("llama.attention.key_length"), 128);
+  EXPECT_EQ(f.get_int("llama.attention.value_length"), 128);
+  EXPECT_EQ(f.get_int("llama.rope.dimension_count"), 128);
+  for (const char* l : {"blk.0.", "blk.1."}) {
+    const std::string p = l;
+    EXPECT_EQ(f.find_tensor(p + "attn_q.weight")->dims, (std::vector<int64_t>{256, 512}));
+    EXPECT_EQ(f.find_tensor(p + "attn_k.weight")->dims, (std::vector<int64_t>{256, 256}));
+    EXPECT_EQ(f.find_tensor(p + "attn_v.weight")->dims, (std::vector<int64_t>{256, 256}));
+    EXPECT_EQ(f.find_tensor(p + "attn_output.weight")->dims, (std::vector<int64_t>{512, 256}));
+  }
+
+  SynthConfig biased = tiny_test_model();  // qwen2, with q/k/v biases
+  biased.head_dim = 32;
+  std::map<std::string, std::vector<int64_t>> dims;
+  for (const SynthTensor& s : synth_tensors(biased)) dims[s.name] = s.dims;
+  EXPECT_EQ(dims["blk.0.attn_q.bias"], std::vector<int64_t>{128});
+  EXPECT_EQ(dims["blk.0.attn_k.bias"], std::vector<int64_t>{64});
+
+  TinyFile plain(tiny_llama_test_model());
+  EXPECT_EQ(plain.file->find("llama.attention.key_length"), nullptr);
+  EXPECT_EQ(plain.file->find("llama.attention.value_length"), nullptr);
 }
 
 TEST(Synth, TinyLlama2HasLlama2sSentencePieceLayout) {

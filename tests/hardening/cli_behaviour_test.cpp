@@ -3,8 +3,9 @@
 // file is replaced), options that contradict each other, a --ctx above the trained context, an
 // unreadable chat input, the model given both ways in --help, BOS and special tokens in prompts,
 // random seeds, a missing pre-tokenizer, a Llama 2-style model (SentencePiece vocabulary, Llama 2
-// chat template) from synth to generate, also without the BOS / EOS id keys, and a benchmark that
-// generates one token.
+// chat template) from synth to generate, also without the BOS / EOS id keys, a model with heads of
+// their own width (attention.key_length) from synth to generate, and a benchmark that generates
+// one token.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
@@ -370,6 +371,36 @@ TEST(CliBehaviour, ChatTurnsReuseTheContext) {
     EXPECT_GE(prompts[1].second, prompts[0].first) << r.describe();
     EXPECT_GT(prompts[1].first, 0) << r.describe();
     EXPECT_EQ(prompts[2], prompts[0]) << "after /reset the first turn runs again in full: " << r.describe();
+  }
+}
+
+// Heads whose width is not n_embd / n_head (attention.key_length, as in Mistral-Nemo): the
+// tiny-nemo preset (n_embd 256, 4 heads of 128) from synth through inspect, generate on the CPU
+// and the kernel benchmark at the model's shapes, whose output projection takes n_head·head_dim =
+// 512 inputs.
+TEST(CliBehaviour, AModelWithHeadsOfTheirOwnWidthRunsFromSynthToGenerate) {
+  const std::string t = tiny_llm_path();
+  ScratchDir dir;
+  const std::string m = dir.file("nemo.gguf");
+  expect_success(run({t, "synth", "--preset", "tiny-nemo", "-q", "-o", m}));
+  const std::vector<RunResult> r = run_all({
+      {t, "inspect", m},
+      {t, "generate", "-m", m, "--backend", "cpu", "-p", "hello", "--max-tokens", "6", "--stats"},
+      {tiny_llm_kernel_bench_path(), m, "--backend", "cpu", "--warmup", "0", "--reps", "1",
+       "--prefill", "16", "--contexts", "32", "--flush-mb", "0", "--csv"},
+  });
+  for (const RunResult& x : r) expect_success(x);
+  const std::string& listing = r[0].out;
+  for (const char* line : {"\nllama\\.attention\\.key_length +128\n",
+                           "\nblk\\.0\\.attn_output\\.weight +Q4_K +512 x 256 ",
+                           "n_embd 256, n_ff 256, 4 heads / 2 KV heads \\(head_dim 128\\)"}) {
+    EXPECT_TRUE(std::regex_search(listing, std::regex(line))) << line << "\n" << listing;
+  }
+  EXPECT_NE(r[1].err.find("generated 6 tokens"), std::string::npos) << r[1].describe();
+  for (const char* row : {"\nw8a16_matmul_m1 attn_out_proj,M=1 N=256 K=512,",
+                          "\nmatmul_prefill attn_out_proj,M=16 N=256 K=512,",
+                          "\nw8a16_matmul_m1_attention_decode,n_kv=32 N=256,"}) {
+    EXPECT_NE(r[2].out.find(row), std::string::npos) << row << r[2].describe();
   }
 }
 

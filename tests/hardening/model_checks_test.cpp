@@ -105,10 +105,33 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
   add("width-not-multiple-of-heads", set_key(a + "attention.head_count", u32_value(6)), Stage::Config,
       "embedding_length = 64 is not a multiple of head_count = 6");
   add("head-dim-one", set_key(a + "attention.head_count", u32_value(64)), Stage::Config, "head dimension 1");
-  add("key-length-other-than-head-dim", set_key(a + "attention.key_length", u32_value(32)), Stage::Config,
-      "metadata 'qwen2.attention.key_length' = 32 is not embedding_length / head_count = 16");
-  add("value-length-other-than-head-dim", set_key(a + "attention.value_length", u32_value(8)), Stage::Config,
-      "metadata 'qwen2.attention.value_length' = 8 is not embedding_length / head_count = 16");
+  // Heads as wide as attention.key_length says (the base model's are n_embd / n_head = 16 wide).
+  add("key-length-without-value-length", set_key(a + "attention.key_length", u32_value(32)),
+      Stage::Config,
+      "value heads are 16 wide (embedding_length / head_count, without "
+      "'qwen2.attention.value_length') but key heads 32 (metadata 'qwen2.attention.key_length'); "
+      "heads whose values and keys differ in width are not supported");
+  add("value-length-other-than-head-dim", set_key(a + "attention.value_length", u32_value(8)),
+      Stage::Config,
+      "value heads are 8 wide (metadata 'qwen2.attention.value_length') but key heads 16 "
+      "(embedding_length / head_count, without 'qwen2.attention.key_length')");
+  const auto head_width = [&](uint32_t key, uint32_t value, uint32_t rope) {
+    ModelEdit e = set_key(a + "attention.key_length", u32_value(key));
+    e.set_keys[a + "attention.value_length"] = u32_value(value);
+    e.set_keys[a + "rope.dimension_count"] = u32_value(rope);
+    return e;
+  };
+  add("value-length-other-than-key-length", head_width(32, 16, 32), Stage::Config,
+      "value heads are 16 wide (metadata 'qwen2.attention.value_length') but key heads 32 "
+      "(metadata 'qwen2.attention.key_length')");
+  add("key-length-zero", set_key(a + "attention.key_length", u32_value(0)), Stage::Config,
+      "metadata 'qwen2.attention.key_length' = 0 is out of range");
+  add("key-length-odd", head_width(15, 15, 15), Stage::Config,
+      "head dimension 15 is not supported (even, at most 256)");
+  add("key-length-over-256", head_width(512, 512, 512), Stage::Config,
+      "head dimension 512 is not supported (even, at most 256)");
+  add("key-length-partial-rope", head_width(32, 32, 16), Stage::Config,
+      "partial rotary embeddings (rope.dimension_count = 16, head dimension 32) are not supported");
   add("partial-rope", set_key(a + "rope.dimension_count", u32_value(8)), Stage::Config, "partial rotary");
   add("rope-theta-zero", set_key(a + "rope.freq_base", f32_value(0.0f)), Stage::Config, "rope.freq_base must be > 1");
   add("rope-theta-nan", set_key(a + "rope.freq_base", f32_value(std::nanf(""))), Stage::Config,
@@ -187,6 +210,26 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
       "tensor 'blk.0.ffn_gate.weight' has shape {64, 256}, expected {64, 512}");
   add("kv-heads-mismatch", set_key(a + "attention.head_count_kv", u32_value(4)), Stage::Load,
       "tensor 'blk.0.attn_k.weight' has shape {64, 32}, expected {64, 64}");
+  // Heads of key_length 32: q has n_head·32 = 128 rows, the output projection 128 columns.
+  add("heads-wider-than-the-tensors", head_width(32, 32, 32), Stage::Load,
+      "tensor 'blk.0.attn_q.weight' has shape {64, 64}, expected {64, 128}");
+  {
+    // Heads 2 wide, every tensor shaped for them: the output projection's rows of n_head·2 = 8
+    // values are not whole W8 groups.
+    ModelEdit e = head_width(2, 2, 2);
+    for (const std::string l : {"blk.0.", "blk.1."}) {
+      e.reshape[l + "attn_q.weight"] = {64, 8};
+      e.reshape[l + "attn_q.bias"] = {8};
+      for (const char* kv : {"attn_k.", "attn_v."}) {
+        e.reshape[l + kv + "weight"] = {64, 4};
+        e.reshape[l + kv + "bias"] = {4};
+      }
+      e.reshape[l + "attn_output.weight"] = {8, 64};
+      e.retype[l + "attn_output.weight"] = GgmlType::F16;  // rows of 8 values: no whole Q5_0 blocks
+    }
+    add("heads-not-whole-w8-groups", e, Stage::Load,
+        "widths 64/256/8 (n_embd/n_ff/n_head·head_dim) are not multiples of the W8 group size 32");
+  }
   {
     ModelEdit e;
     e.retype["blk.0.attn_output.weight"] = GgmlType::Q8_1;

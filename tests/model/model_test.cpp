@@ -25,6 +25,18 @@ bool in_ci() {
   return ci && std::string(ci) == "true";
 }
 
+// tiny_nemo_test_model's other side: q narrower than n_embd, as Mistral-Nemo's (4096 of 5120), with
+// n_embd 320 not a multiple of the 3 heads (1 KV head) of head_dim 64.
+SynthConfig narrow_heads_test_model() {
+  SynthConfig c = tiny_nemo_test_model();
+  c.name = "Synthetic tiny llama with heads narrower than n_embd / n_head";
+  c.n_embd = 320;
+  c.n_head = 3;
+  c.n_head_kv = 1;
+  c.head_dim = 64;
+  return c;
+}
+
 // Synthetic model files are written once per test run into the build tree.
 std::string synth_file(const std::string& preset) {
   static std::map<std::string, std::string> made;
@@ -33,10 +45,12 @@ std::string synth_file(const std::string& preset) {
   const fs::path dir = fs::path(TLLM_BINARY_DIR) / "tests";
   fs::create_directories(dir);
   const fs::path path = dir / ("model-test-" + preset + ".gguf");
-  SynthConfig c = preset == "qwen2"    ? tiny_test_model()
-                  : preset == "llama"  ? tiny_llama_test_model()
-                  : preset == "llama3" ? tiny_llama3_test_model()
-                                       : qwen25_05b_q4km();
+  SynthConfig c = preset == "qwen2"          ? tiny_test_model()
+                  : preset == "llama"        ? tiny_llama_test_model()
+                  : preset == "llama3"       ? tiny_llama3_test_model()
+                  : preset == "nemo"         ? tiny_nemo_test_model()
+                  : preset == "narrow_heads" ? narrow_heads_test_model()
+                                             : qwen25_05b_q4km();
   write_synth_model(c, path.string(), {});
   return made[preset] = path.string();
 }
@@ -423,7 +437,9 @@ TEST_P(ModelTest, ContextLimitsAreEnforced) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, ModelTest,
-                         ::testing::Combine(::testing::Values("qwen2", "llama", "llama3"), ::testing::Values("cpu", "cuda")),
+                         ::testing::Combine(::testing::Values("qwen2", "llama", "llama3", "nemo",
+                                                              "narrow_heads"),
+                                            ::testing::Values("cpu", "cuda")),
                          [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST(ModelConfigTest, ReadsTheBenchmarkShapes) {
@@ -443,6 +459,37 @@ TEST(ModelConfigTest, ReadsTheBenchmarkShapes) {
   EXPECT_FALSE(d.qkv_bias);
   EXPECT_TRUE(d.rope_freq_factors.empty());
   EXPECT_EQ(d.rope_scaling, "");
+}
+
+// Heads as wide as attention.key_length says, whatever n_embd / n_head is: q, the attention output
+// and the output projection's k are n_head·head_dim wide, the KV cache head_dim wide.
+TEST(ModelConfigTest, ReadsTheHeadWidthFromKeyLength) {
+  struct Case {
+    std::string preset;
+    int n_embd, n_head, n_head_kv, head_dim;
+  };
+  for (const Case& want : {Case{"nemo", 256, 4, 2, 128}, Case{"narrow_heads", 320, 3, 1, 64}}) {
+    SCOPED_TRACE(want.preset);
+    auto f = GgufFile::open(synth_file(want.preset));
+    const ModelConfig c = read_model_config(*f);
+    EXPECT_EQ(c.n_embd, want.n_embd);
+    EXPECT_EQ(c.n_head, want.n_head);
+    EXPECT_EQ(c.n_head_kv, want.n_head_kv);
+    EXPECT_EQ(c.head_dim, want.head_dim);
+    EXPECT_NE(c.q_dim(), c.n_embd);
+    Loaded l = load(synth_file(want.preset), "cpu", 128, 16);
+    const std::vector<Model::GemmShape> g = l.model->decode_gemms();
+    ASSERT_EQ(g[0].name, "qkv_proj");
+    EXPECT_EQ(g[0].n, (want.n_head + 2 * want.n_head_kv) * want.head_dim);
+    EXPECT_EQ(g[0].k, want.n_embd);
+    ASSERT_EQ(g[1].name, "attn_out_proj");
+    EXPECT_EQ(g[1].n, want.n_embd);
+    EXPECT_EQ(g[1].k, want.n_head * want.head_dim);
+    // A cache row of K and V in every layer.
+    const size_t kv_row = 2 * size_t(want.n_head_kv) * size_t(want.head_dim) * sizeof(half_t);
+    EXPECT_EQ(l.model->decode_kv_bytes(100), size_t(c.n_layer) * 100 * kv_row);
+    EXPECT_EQ(l.model->footprint().kv_cache_bytes, l.model->decode_kv_bytes(128));
+  }
 }
 
 TEST(ModelConfigTest, ReadsTheRopeFrequencyFactors) {
@@ -605,6 +652,21 @@ void expect_same_top1_and_close(const std::vector<float>& cpu, const std::vector
   EXPECT_LT(worst_rel, 0.01f) << what << ": max |cpu - cuda| relative to the logit range";
 }
 
+// Decode steps at positions pos0 .. pos0 + steps - 1 on the oracle and on CUDA, each fed the
+// oracle's greedy token (the first from the step or prompt before), each step's logits compared.
+void expect_decode_steps_match_cpu(Model& cpu, Model& gpu, int pos0, int steps,
+                                   const std::string& what) {
+  const int V = cpu.config().n_vocab;
+  int32_t t = cpu.argmax();
+  for (int pos = pos0; pos < pos0 + steps; ++pos) {
+    for (Model* m : {&cpu, &gpu}) m->decode(t, pos);
+    const std::vector<float> a = last_logits(cpu);
+    expect_same_top1_and_close(a, last_logits(gpu), V,
+                               what + " decode at position " + std::to_string(pos));
+    t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+  }
+}
+
 TEST(CudaEndToEnd, SyntheticQwen25LogitsMatchCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   const std::string path = synth_file("qwen25");
@@ -629,12 +691,42 @@ TEST(CudaEndToEnd, TinyLlama3RopeScalingMatchesCpu_cuda) {
   const int V = cpu.model->config().n_vocab;
   const auto toks = test_prompt(40, V);
   expect_same_top1_and_close(all_logits(*cpu.model, toks), all_logits(*gpu.model, toks), V, "tiny llama 3 prompt");
-  int32_t t = cpu.model->argmax();
-  for (int pos = int(toks.size()); pos < int(toks.size()) + 16; ++pos) {
-    for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
-    const std::vector<float> a = last_logits(*cpu.model);
-    expect_same_top1_and_close(a, last_logits(*gpu.model), V, "tiny llama 3 decode at " + std::to_string(pos));
-    t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
+  expect_decode_steps_match_cpu(*cpu.model, *gpu.model, int(toks.size()), 16, "tiny llama 3");
+}
+
+// Heads whose width is not n_embd / n_head (attention.key_length) on CUDA as on the CPU oracle:
+// tiny-nemo (head_dim 128, q twice as wide as n_embd) and narrow_heads (head_dim 64, 3/1 heads, q
+// narrower than n_embd). A 40-token prompt's logits (prefill attention and matmuls with k =
+// n_head·head_dim), then, from just before each end of a context class (Model::kShortDecodeRows,
+// doubling up to n_ctx = 1,100), decode steps fed the oracle's tokens: the CUDA steps run attention
+// with the output projection (n_embd outputs of n_head·head_dim inputs) fused in, its rows split
+// over more blocks as the class grows, and apart where the rows outgrow it (tiny-nemo past 512
+// rows). Then greedy generation with and without step capture (CUDA graphs) gives the same tokens.
+TEST(CudaEndToEnd, HeadsOfTheirOwnWidthMatchCpu_cuda) {
+  if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
+  const int n_ctx = 4 * Model::kShortDecodeRows + 76;
+  for (const char* preset : {"nemo", "narrow_heads"}) {
+    SCOPED_TRACE(preset);
+    const std::string path = synth_file(preset);
+    Loaded cpu = load(path, "cpu", n_ctx, 64);
+    Loaded gpu = load(path, "cuda", n_ctx, 64);
+    const int V = cpu.model->config().n_vocab;
+    const auto prompt = test_prompt(40, V);
+    expect_same_top1_and_close(all_logits(*cpu.model, prompt), all_logits(*gpu.model, prompt), V,
+                               "prompt");
+    for (const int rows : {1, 2, 4}) {
+      const int boundary = rows * Model::kShortDecodeRows;
+      const int n = boundary - 12;
+      const auto toks = test_prompt(n, V);
+      for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), n, 0);
+      expect_decode_steps_match_cpu(*cpu.model, *gpu.model, n, 24, preset);
+    }
+    Loaded plain = load(path, "cuda", n_ctx, 64, /*graphs=*/false);
+    GenerateOptions g;
+    g.max_tokens = 40;
+    g.stop_at_end_token = false;
+    auto run = [&](Model& m) { return Session(m, SamplerParams{}, {}).generate(prompt, g).tokens; };
+    EXPECT_EQ(run(*gpu.model), run(*plain.model)) << "cuda with graphs vs without";
   }
 }
 
@@ -656,13 +748,7 @@ TEST(CudaEndToEnd, SyntheticQwen25DecodeAcrossContextClassesMatchesCpu_cuda) {
     const int n = boundary - 12;
     const auto toks = test_prompt(n, V);
     for (Loaded* l : {&cpu, &gpu}) l->model->prefill(toks.data(), n, 0);
-    int32_t t = cpu.model->argmax();
-    for (int pos = n; pos < n + 24; ++pos) {
-      for (Loaded* l : {&cpu, &gpu}) l->model->decode(t, pos);
-      const std::vector<float> a = last_logits(*cpu.model);
-      expect_same_top1_and_close(a, last_logits(*gpu.model), V, "decode at position " + std::to_string(pos));
-      t = int32_t(std::max_element(a.begin(), a.end()) - a.begin());
-    }
+    expect_decode_steps_match_cpu(*cpu.model, *gpu.model, n, 24, "synthetic Qwen2.5-0.5B");
 
     Model& m = *gpu.model;
     static_assert(12 % Model::kDecodeRunMax != 0, "a run must cross the class boundary, 12 rows in");

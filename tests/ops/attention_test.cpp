@@ -386,13 +386,15 @@ TEST_P(AttentionTest, DecodeOtherLayouts) {
 // splits of 3/1 and of 16/2 at 512, head_dim 128). Past the bound that kernel takes the further chunks in turn (still
 // right, only slower). Every other case (a bound of 2,048 or 0 = n_ctx past that, 9/3, 7/7, 40/2,
 // head_dim 80, unaligned q) runs attention and then matmul_m1. Splits left without rows (n_kv below
-// 16 rows a split), output counts that are not a multiple of the kernel's 8 rows per block (100, 8)
-// and the newest row appended by the op before. Where CUDA traces kernels, a split form is checked
-// to run as one kernel.
+// 16 rows a split), output counts that are not a multiple of the kernel's 8 rows per block
+// (100, 8), more outputs than the n_head·head_dim inputs (2,560 of 2,048, fused; Mistral-Nemo's
+// 5,120 of its 32/8 heads of 128, 4,096, apart) and the newest row appended by the op before.
+// Where CUDA traces kernels, a split form is checked to run as one kernel.
 TEST_P(AttentionTest, DecodeWithOutputProjection) {
   Rng rng(912);
   const Projection short_896{896, 256}, short_100{100, 128}, short_8{8, 128}, any_896{896, 0};
   const Projection split_2{896, 512}, split_4{896, 1024}, long_896{896, 2048}, split_hd128{100, 512};
+  const Projection wide_hd128{2560, 128}, wide_split_hd128{2560, 512}, nemo{5120, 1024};
   check_decode(rng, kHeads[0], 4096, {1, 17, 255, 256, 200, 257, 511, 512, 700, 31}, 2.0f, 0, &short_896);
   check_decode(rng, kHeads[0], 4096, {513, 4096, 17}, 2.0f, 0, &any_896);
   check_decode(rng, kHeads[0], 4096, {1, 15, 16, 17, 33, 300, 512, 513, 1000}, 2.0f, 0, &split_2);
@@ -404,6 +406,9 @@ TEST_P(AttentionTest, DecodeWithOutputProjection) {
   check_decode(rng, kHeads[3], 1024, {1, 100, 512, 700}, 2.0f, 0, &split_hd128);  // 1 group, 4 splits
   check_decode(rng, kHeads[4], 300, {1, 127, 128, 255}, 2.0f, 0, &short_8);
   check_decode(rng, kHeads[4], 1024, {1, 33, 400, 512}, 2.0f, 0, &split_hd128);   // 2 groups, 4 splits
+  check_decode(rng, kHeads[4], 1024, {1, 100, 128}, 2.0f, 0, &wide_hd128);
+  check_decode(rng, kHeads[4], 1024, {1, 129, 512}, 2.0f, 0, &wide_split_hd128);
+  check_decode(rng, Heads{32, 8, 128}, 1024, {1, 300, 1024}, 2.0f, 0, &nemo);
   for (const Heads& hd : {kHeads[1], kHeads[2], kHeads[5], kHeads[6]})
     check_decode(rng, hd, 700, {1, 300, 700}, 2.0f, 0, &any_896);
   check_decode(rng, kHeads[0], 4096, {1, 250}, 100.0f, 0, &short_896);  // large scores
