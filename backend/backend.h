@@ -377,6 +377,9 @@ class Backend {
   virtual std::string name() const = 0;
   virtual DeviceInfo device_info() const = 0;
   virtual bool supports(Op op) const = 0;
+  // The widest attention head (head_dim) that every attention op takes, prefill and decode: a
+  // model with wider heads cannot run here, and Model::load refuses it.
+  virtual int max_head_dim() const = 0;
   // The read bandwidth the device reaches, measured: `passes` timed reads of a `bytes` buffer (after
   // one untimed pass), in GB/s of the fastest. The buffer is allocated for the call, freed before it
   // returns and not counted in memory_info; make it several times the last-level cache, so that the

@@ -273,6 +273,11 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   ModelConfig c = read_model_config(f);
   if (opt.n_ctx <= 0) throw ModelError(f.path() + ": context size must be positive");
   if (opt.max_batch <= 0) throw ModelError(f.path() + ": batch size must be positive");
+  if (c.head_dim > be.max_head_dim()) {
+    throw BackendError(f.path() + ": the model's attention heads are " + std::to_string(c.head_dim) +
+                       " wide; the " + be.name() + " backend takes heads at most " +
+                       std::to_string(be.max_head_dim()) + " wide");
+  }
   std::unique_ptr<Model> m(new Model(be, c));
   m->n_ctx_ = std::min(opt.n_ctx, c.n_ctx_train);
   m->max_batch_ = std::min(opt.max_batch, m->n_ctx_);

@@ -83,7 +83,8 @@ std::string fit_error(const ModelFootprint& need, const MemoryInfo& mem, const s
 
 class Model {
  public:
-  // Loads `f` onto `backend`. Throws ModelError (bad model) or BackendError (does not fit).
+  // Loads `f` onto `backend`. Throws ModelError (bad model) or BackendError (does not fit, or heads
+  // wider than the backend's max_head_dim()).
   static std::unique_ptr<Model> load(const GgufFile& f, Backend& backend, const LoadOptions& opt);
   // What load() would allocate, for checking against the device's free memory first.
   static ModelFootprint footprint(const ModelConfig& c, const LoadOptions& opt);

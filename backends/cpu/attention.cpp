@@ -75,6 +75,8 @@ void check_heads(int n_head, int n_head_kv, int head_dim, int n_ctx) {
 
 }  // namespace
 
+int CpuBackend::max_head_dim() const { return kMaxHeadDim; }
+
 void CpuBackend::attention_prefill(const AttentionPrefillDesc& d) {
   TraceScope t(trace_, "attention_prefill");
   check_heads(d.n_head, d.n_head_kv, d.head_dim, d.n_ctx);

@@ -129,6 +129,7 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   DeviceInfo device_info() const override;
   bool supports(Op op) const override { return op != Op::StepCapture; }
+  int max_head_dim() const override;  // attention.cpp
   double measure_read_bandwidth(size_t bytes, int passes) override;
 
   Buffer alloc(size_t bytes) override;

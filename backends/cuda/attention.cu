@@ -1218,6 +1218,9 @@ void CudaBackend::prepare_attention() {
   allow(reinterpret_cast<const void*>(attention_decode_kernel<128, true>), 128);
 }
 
+// Decode takes heads up to kMaxHeadDim, prefill up to kPrefillMaxHeadDim.
+int CudaBackend::max_head_dim() const { return std::min(kMaxHeadDim, kPrefillMaxHeadDim); }
+
 void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   const char* op = "attention_decode";
   check_heads(op, d.n_head, d.n_head_kv, d.head_dim, d.n_ctx, kMaxHeadDim);

@@ -92,6 +92,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   DeviceInfo device_info() const override;
   bool supports(Op) const override { return true; }
+  int max_head_dim() const override;  // attention.cu
   double measure_read_bandwidth(size_t bytes, int passes) override;
 
   Buffer alloc(size_t bytes) override;

@@ -492,6 +492,47 @@ TEST(ModelConfigTest, ReadsTheHeadWidthFromKeyLength) {
   }
 }
 
+// Heads of 256, the widest a model may have: a backend that takes them (the CPU) runs the model;
+// one whose attention takes narrower heads (CUDA: 128) refuses it at load, naming both widths,
+// not at the first prompt.
+class WideHeadsTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (!backend_available(GetParam())) GTEST_SKIP() << "backend " << GetParam() << " is not available here";
+  }
+};
+
+TEST_P(WideHeadsTest, RunOrAreRefusedAtLoad) {
+  SynthConfig c = tiny_nemo_test_model();
+  c.name = "Synthetic tiny llama with heads of 256";
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 256;
+  const fs::path path = fs::path(TLLM_BINARY_DIR) / "tests" / "model-test-wide-heads.gguf";
+  fs::create_directories(path.parent_path());
+  if (!fs::exists(path)) write_synth_model(c, path.string(), {});
+  const int widest = create_backend(GetParam())->max_head_dim();
+  if (widest >= c.head_dim) {
+    Loaded l = load(path.string(), GetParam(), 64, 16);
+    const auto toks = test_prompt(12, l.model->config().n_vocab);
+    const std::vector<float> logits = all_logits(*l.model, toks);
+    for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+    return;
+  }
+  try {
+    load(path.string(), GetParam(), 64, 16);
+    FAIL() << "a model with heads of 256 loaded on a backend that takes at most " << widest;
+  } catch (const BackendError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("heads are 256 wide"), std::string::npos) << what;
+    EXPECT_NE(what.find("at most " + std::to_string(widest) + " wide"), std::string::npos) << what;
+    EXPECT_EQ(what.find('\n'), std::string::npos) << what;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, WideHeadsTest, ::testing::Values("cpu", "cuda"),
+                         [](const auto& info) { return info.param; });
+
 TEST(ModelConfigTest, ReadsTheRopeFrequencyFactors) {
   auto f = GgufFile::open(synth_file("llama3"));
   const ModelConfig c = read_model_config(*f);

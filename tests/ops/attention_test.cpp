@@ -434,6 +434,18 @@ TEST_P(AttentionTest, DecodeWithOutputProjection) {
 }
 
 // Scores in the hundreds: exp overflows fp32 unless the maximum is subtracted first.
+// Heads as wide as the backend's max_head_dim(), which Model::load holds models to: prefill and
+// decode agree with the oracle there, and prefill refuses heads two wider.
+TEST_P(AttentionTest, HeadsAsWideAsTheBackendTakes) {
+  Rng rng(912);
+  const int widest = be().max_head_dim();
+  ASSERT_GE(widest, 128);
+  const Heads hd{4, 2, widest};
+  check_prefill(rng, hd, 128, 17, 30, 2.0f, false);
+  check_decode(rng, hd, 512, {1, 17, 500}, 2.0f);
+  EXPECT_THROW(check_prefill(rng, Heads{4, 2, widest + 2}, 128, 17, 0, 2.0f, false), BackendError);
+}
+
 TEST_P(AttentionTest, LargeScores) {
   Rng rng(905);
   for (const Heads& hd : {kHeads[0], kHeads[3]}) {
