@@ -545,31 +545,57 @@ void quant_q8_0(const float* x, uint8_t* b) {
   for (int j = 0; j < 32; ++j) qs[j] = int8_t(clamp_int(nearest(x[j] * id), -127, 127));
 }
 
-// Q4_K / Q5_K: each 32-value sub-block gets step = range/(2^bits - 1) (range from min(0, lo) to
-// hi) and min = -min(0, lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales d
-// and dmin. The step is rounded up to a multiple of d so the top code never clips: error <= step/2 +
-// dmin/2.
-void quant_k_affine(const float* x, uint8_t* b, int bits) {
-  const int top = (1 << bits) - 1;
-  float step[8], mins[8];
-  float max_step = 0, max_min = 0;
-  for (int i = 0; i < 8; ++i) {
-    float lo = 0, hi = x[32 * i];
-    for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, x[32 * i + l]);
-      hi = std::max(hi, x[32 * i + l]);
+// The sub-block steps of the K-quants. Each step is stored as a multiple of the fp16 super-scale d,
+// rounded up (so that the top code never clips) and capped at `max`; 0 where d is 0.
+int step_multiple(float step, float d, int max) { return d != 0 ? int(std::min(float(max), std::ceil(step / d))) : 0; }
+
+// The nearest multiple of dmin to `min`, capped at `max`; 0 where dmin is 0.
+int min_multiple(float min, float dmin, int max) { return dmin != 0 ? std::min(max, nearest(min / dmin)) : 0; }
+
+// Sub-blocks with a min (Q2_K, Q4_K, Q5_K): for each of the n_sub sub-blocks of `sub` values, step
+// = (hi - min(0, lo)) / top and min = -min(0, lo); returns the largest of each through max_step and
+// max_min.
+void affine_sub_blocks(const float* x, int n_sub, int sub, int top, float* step, float* mins, float* max_step,
+                       float* max_min) {
+  *max_step = 0;
+  *max_min = 0;
+  for (int i = 0; i < n_sub; ++i) {
+    float lo = 0, hi = x[sub * i];
+    for (int l = 0; l < sub; ++l) {
+      lo = std::min(lo, x[sub * i + l]);
+      hi = std::max(hi, x[sub * i + l]);
     }
     step[i] = (hi - lo) / float(top);
     mins[i] = -lo;
-    max_step = std::max(max_step, step[i]);
-    max_min = std::max(max_min, mins[i]);
+    *max_step = std::max(*max_step, step[i]);
+    *max_min = std::max(*max_min, mins[i]);
   }
+}
+
+// Symmetric 16-value sub-blocks (Q3_K, Q6_K): step = (largest magnitude) / top for each of the 16;
+// returns the largest step.
+float symmetric_sub_blocks(const float* x, int top, float* step) {
+  float max_step = 0;
+  for (int i = 0; i < 16; ++i) {
+    step[i] = max_abs(x + 16 * i, 16) / float(top);
+    max_step = std::max(max_step, step[i]);
+  }
+  return max_step;
+}
+
+// Q4_K / Q5_K: each 32-value sub-block gets step = range/(2^bits - 1) (range from min(0, lo) to
+// hi) and min = -min(0, lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales d
+// and dmin, the step rounded up: error <= step/2 + dmin/2.
+void quant_k_affine(const float* x, uint8_t* b, int bits) {
+  const int top = (1 << bits) - 1;
+  float step[8], mins[8], max_step, max_min;
+  affine_sub_blocks(x, 8, 32, top, step, mins, &max_step, &max_min);
   const half_t dh = half_at_least(max_step / 63.0f), mh = half_at_least(max_min / 63.0f);
   const float d = half_to_float(dh), dmin = half_to_float(mh);
   int sc[8], mn[8];
   for (int i = 0; i < 8; ++i) {
-    sc[i] = d != 0 ? int(std::min(63.0f, std::ceil(step[i] / d))) : 0;
-    mn[i] = dmin != 0 ? std::min(63, nearest(mins[i] / dmin)) : 0;
+    sc[i] = step_multiple(step[i], d, 63);
+    mn[i] = min_multiple(mins[i], dmin, 63);
   }
   const int bytes = bits == 4 ? 144 : 176;
   std::memset(b, 0, size_t(bytes));
@@ -595,22 +621,11 @@ void quant_k_affine(const float* x, uint8_t* b, int bits) {
 }
 
 // Q2_K: each 16-value sub-block gets step = range/3 (range from min(0, lo) to hi) and min =
-// -min(0, lo), stored as 4-bit multiples of the fp16 super-scales d and dmin; as in Q4_K the step
-// is rounded up to a multiple of d: error <= step/2 + dmin/2.
+// -min(0, lo), stored as 4-bit multiples of the fp16 super-scales d and dmin, the step rounded up:
+// error <= step/2 + dmin/2.
 void quant_q2_k(const float* x, uint8_t* b) {
-  float step[16], mins[16];
-  float max_step = 0, max_min = 0;
-  for (int i = 0; i < 16; ++i) {
-    float lo = 0, hi = x[16 * i];
-    for (int l = 0; l < 16; ++l) {
-      lo = std::min(lo, x[16 * i + l]);
-      hi = std::max(hi, x[16 * i + l]);
-    }
-    step[i] = (hi - lo) / 3.0f;
-    mins[i] = -lo;
-    max_step = std::max(max_step, step[i]);
-    max_min = std::max(max_min, mins[i]);
-  }
+  float step[16], mins[16], max_step, max_min;
+  affine_sub_blocks(x, 16, 16, 3, step, mins, &max_step, &max_min);
   const half_t dh = half_at_least(max_step / 15.0f), mh = half_at_least(max_min / 15.0f);
   const float d = half_to_float(dh), dmin = half_to_float(mh);
   std::memset(b, 0, 84);
@@ -618,11 +633,7 @@ void quant_q2_k(const float* x, uint8_t* b) {
   uint8_t* qs = b + 16;
   store_half(b + 80, dh);
   store_half(b + 82, mh);
-  for (int i = 0; i < 16; ++i) {
-    const int sc = d != 0 ? int(std::min(15.0f, std::ceil(step[i] / d))) : 0;
-    const int mn = dmin != 0 ? std::min(15, nearest(mins[i] / dmin)) : 0;
-    scales[i] = uint8_t(sc | mn << 4);
-  }
+  for (int i = 0; i < 16; ++i) scales[i] = uint8_t(step_multiple(step[i], d, 15) | min_multiple(mins[i], dmin, 15) << 4);
   for (int h = 0; h < 2; ++h) {
     for (int j = 0; j < 4; ++j) {
       for (int l = 0; l < 32; ++l) {
@@ -641,12 +652,7 @@ void quant_q2_k(const float* x, uint8_t* b) {
 // (codes -3..3 of -4..3): error <= step/2.
 void quant_q3_k(const float* x, uint8_t* b) {
   float step[16];
-  float max_step = 0;
-  for (int i = 0; i < 16; ++i) {
-    step[i] = max_abs(x + 16 * i, 16) / 3.0f;
-    max_step = std::max(max_step, step[i]);
-  }
-  const half_t dh = half_at_least(max_step / 31.0f);
+  const half_t dh = half_at_least(symmetric_sub_blocks(x, 3, step) / 31.0f);
   const float d = half_to_float(dh);
   std::memset(b, 0, 110);
   uint8_t* hmask = b;
@@ -655,7 +661,7 @@ void quant_q3_k(const float* x, uint8_t* b) {
   store_half(b + 108, dh);
   int sc[16];
   for (int i = 0; i < 16; ++i) {
-    sc[i] = d != 0 ? int(std::min(31.0f, std::ceil(step[i] / d))) : 0;
+    sc[i] = step_multiple(step[i], d, 31);
     const int stored = sc[i] + 32;  // the layout of q3_k_scale
     scales[i % 8] |= uint8_t((stored & 0x0f) << (i < 8 ? 0 : 4));
     scales[8 + i % 4] |= uint8_t((stored >> 4) << (2 * (i / 4)));
@@ -677,19 +683,14 @@ void quant_q3_k(const float* x, uint8_t* b) {
 // fp16 super-scale d and rounded up so that no value clips: error <= step/2.
 void quant_q6_k(const float* x, uint8_t* b) {
   float step[16];
-  float max_step = 0;
-  for (int i = 0; i < 16; ++i) {
-    step[i] = max_abs(x + 16 * i, 16) / 31.0f;
-    max_step = std::max(max_step, step[i]);
-  }
-  const half_t dh = half_at_least(max_step / 127.0f);
+  const half_t dh = half_at_least(symmetric_sub_blocks(x, 31, step) / 127.0f);
   const float d = half_to_float(dh);
   std::memset(b, 0, 210);
   uint8_t* ql = b;
   uint8_t* qh = b + 128;
   int8_t* scales = reinterpret_cast<int8_t*>(b + 192);
   store_half(b + 208, dh);
-  for (int i = 0; i < 16; ++i) scales[i] = int8_t(d != 0 ? int(std::min(127.0f, std::ceil(step[i] / d))) : 0);
+  for (int i = 0; i < 16; ++i) scales[i] = int8_t(step_multiple(step[i], d, 127));
   for (int h = 0; h < 2; ++h) {
     for (int k = 0; k < 4; ++k) {
       for (int l = 0; l < 32; ++l) {

@@ -123,120 +123,78 @@ TEST(Quantize, Q4_1AndQ5_1) {
   expect_within(shifted, round_trip(GgmlType::Q4_1, shifted), 32, bound(15));
 }
 
-TEST(Quantize, Q4_K) {
-  // Per 32-value sub-block: step >= (hi - min(0, lo)) / 15, rounded up to a multiple of
-  // d = max step / 63; min = -min(0, lo) rounded to a multiple of dmin = max min / 63.
-  // Error <= (step + d) / 2 + dmin / 2.
-  const auto x = test_values(256 * 16, 5, 0.05f);
-  const auto y = round_trip(GgmlType::Q4_K, x);
+// The K-quants with mins (Q2_K, Q4_K, Q5_K), per sub-block of `sub` values: step >= (hi - min(0, lo))
+// / levels, rounded up to a multiple of d = max step / scale_max; min = -min(0, lo) rounded to a
+// multiple of dmin = max min / scale_max. Error <= (step + d) / 2 + dmin / 2.
+void expect_k_affine_bound(const std::vector<float>& x, const std::vector<float>& y, int sub, float levels,
+                           float scale_max) {
   for (size_t blk = 0; blk < x.size() / 256; ++blk) {
     const float* xb = x.data() + blk * 256;
-    float steps[8], mins[8], max_step = 0, max_min = 0;
-    for (int i = 0; i < 8; ++i) {
-      const float lo = std::min(0.0f, *std::min_element(xb + 32 * i, xb + 32 * i + 32));
-      const float hi = *std::max_element(xb + 32 * i, xb + 32 * i + 32);
-      steps[i] = (hi - lo) / 15.0f;
-      mins[i] = -lo;
-      max_step = std::max(max_step, steps[i]);
-      max_min = std::max(max_min, mins[i]);
+    std::vector<float> steps(size_t(256 / sub));
+    float max_step = 0, max_min = 0;
+    for (int i = 0; i < 256 / sub; ++i) {
+      const float lo = std::min(0.0f, *std::min_element(xb + sub * i, xb + sub * i + sub));
+      const float hi = *std::max_element(xb + sub * i, xb + sub * i + sub);
+      steps[size_t(i)] = (hi - lo) / levels;
+      max_step = std::max(max_step, steps[size_t(i)]);
+      max_min = std::max(max_min, -lo);
     }
-    const float d = max_step / 63.0f * kScaleSlack, dmin = max_min / 63.0f * kScaleSlack;
+    const float d = max_step / scale_max * kScaleSlack, dmin = max_min / scale_max * kScaleSlack;
     for (int v = 0; v < 256; ++v) {
-      const float lim = (steps[v / 32] + d) / 2 + dmin / 2 + 1e-6f;
+      const float lim = (steps[size_t(v / sub)] + d) / 2 + dmin / 2 + 1e-6f;
       ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), lim) << "block " << blk << " value " << v;
     }
   }
-  EXPECT_LT(rms_error(x, y), 0.12f * rms(x));
 }
 
-TEST(Quantize, Q6_K) {
-  // Per 16-value sub-block: step >= max|x| / 31, rounded up to a multiple of d = max step / 127:
-  // error <= (step + d) / 2.
-  const auto x = test_values(256 * 16, 6, 0.05f);
-  const auto y = round_trip(GgmlType::Q6_K, x);
+// The symmetric K-quants (Q3_K, Q6_K), per sub-block of 16 values: step >= max|x| / levels, rounded
+// up to a multiple of d = max step / scale_max so that no value clips: error <= (step + d) / 2.
+void expect_k_symmetric_bound(const std::vector<float>& x, const std::vector<float>& y, float levels,
+                              float scale_max) {
   for (size_t blk = 0; blk < x.size() / 256; ++blk) {
     const float* xb = x.data() + blk * 256;
     float steps[16], max_step = 0;
     for (int i = 0; i < 16; ++i) {
-      steps[i] = amax(xb + 16 * i, 16) / 31.0f;
+      steps[i] = amax(xb + 16 * i, 16) / levels;
       max_step = std::max(max_step, steps[i]);
     }
-    const float d = max_step / 127.0f * kScaleSlack;
+    const float d = max_step / scale_max * kScaleSlack;
     for (int v = 0; v < 256; ++v) {
       ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), (steps[v / 16] + d) / 2 + 1e-7f)
           << "block " << blk << " value " << v;
     }
   }
-  EXPECT_LT(rms_error(x, y), 0.03f * rms(x));
 }
 
-TEST(Quantize, Q5_K) {
-  // As Q4_K with 31 steps: error <= (step + d) / 2 + dmin / 2, step = (hi - min(0, lo)) / 31.
-  const auto x = test_values(256 * 16, 9, 0.05f);
-  const auto y = round_trip(GgmlType::Q5_K, x);
-  for (size_t blk = 0; blk < x.size() / 256; ++blk) {
-    const float* xb = x.data() + blk * 256;
-    float steps[8], max_step = 0, max_min = 0;
-    for (int i = 0; i < 8; ++i) {
-      const float lo = std::min(0.0f, *std::min_element(xb + 32 * i, xb + 32 * i + 32));
-      const float hi = *std::max_element(xb + 32 * i, xb + 32 * i + 32);
-      steps[i] = (hi - lo) / 31.0f;
-      max_step = std::max(max_step, steps[i]);
-      max_min = std::max(max_min, -lo);
-    }
-    const float d = max_step / 63.0f * kScaleSlack, dmin = max_min / 63.0f * kScaleSlack;
-    for (int v = 0; v < 256; ++v) {
-      const float lim = (steps[v / 32] + d) / 2 + dmin / 2 + 1e-6f;
-      ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), lim) << "block " << blk << " value " << v;
-    }
-  }
-  EXPECT_LT(rms_error(x, y), 0.06f * rms(x));
-  EXPECT_LT(rms_error(x, y), rms_error(x, round_trip(GgmlType::Q4_K, x)));
+TEST(Quantize, Q4_KAndQ5_K) {
+  // 32-value sub-blocks, 6-bit scales and mins; codes 0..15 (Q4_K) or 0..31 (Q5_K).
+  const auto x = test_values(256 * 16, 5, 0.05f);
+  const auto y4 = round_trip(GgmlType::Q4_K, x);
+  expect_k_affine_bound(x, y4, 32, 15.0f, 63.0f);
+  EXPECT_LT(rms_error(x, y4), 0.12f * rms(x));
+  const auto y5 = round_trip(GgmlType::Q5_K, x);
+  expect_k_affine_bound(x, y5, 32, 31.0f, 63.0f);
+  EXPECT_LT(rms_error(x, y5), 0.06f * rms(x));
+  EXPECT_LT(rms_error(x, y5), rms_error(x, y4));
 }
 
 TEST(Quantize, Q2_K) {
-  // Per 16-value sub-block: step >= (hi - min(0, lo)) / 3, rounded up to a multiple of d = max step
-  // / 15; min = -min(0, lo) rounded to a multiple of dmin = max min / 15: error <= (step + d) / 2 +
-  // dmin / 2.
+  // 16-value sub-blocks, 4-bit scales and mins, codes 0..3.
   const auto x = test_values(256 * 16, 10, 0.05f);
   const auto y = round_trip(GgmlType::Q2_K, x);
-  for (size_t blk = 0; blk < x.size() / 256; ++blk) {
-    const float* xb = x.data() + blk * 256;
-    float steps[16], max_step = 0, max_min = 0;
-    for (int i = 0; i < 16; ++i) {
-      const float lo = std::min(0.0f, *std::min_element(xb + 16 * i, xb + 16 * i + 16));
-      const float hi = *std::max_element(xb + 16 * i, xb + 16 * i + 16);
-      steps[i] = (hi - lo) / 3.0f;
-      max_step = std::max(max_step, steps[i]);
-      max_min = std::max(max_min, -lo);
-    }
-    const float d = max_step / 15.0f * kScaleSlack, dmin = max_min / 15.0f * kScaleSlack;
-    for (int v = 0; v < 256; ++v) {
-      const float lim = (steps[v / 16] + d) / 2 + dmin / 2 + 1e-6f;
-      ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), lim) << "block " << blk << " value " << v;
-    }
-  }
+  expect_k_affine_bound(x, y, 16, 3.0f, 15.0f);
 }
 
-TEST(Quantize, Q3_K) {
-  // Per 16-value sub-block: step >= max|x| / 3, rounded up to a multiple of d = max step / 31, so
-  // that codes -3..3 cover the sub-block: error <= (step + d) / 2.
-  const auto x = test_values(256 * 16, 11, 0.05f);
-  const auto y = round_trip(GgmlType::Q3_K, x);
-  for (size_t blk = 0; blk < x.size() / 256; ++blk) {
-    const float* xb = x.data() + blk * 256;
-    float steps[16], max_step = 0;
-    for (int i = 0; i < 16; ++i) {
-      steps[i] = amax(xb + 16 * i, 16) / 3.0f;
-      max_step = std::max(max_step, steps[i]);
-    }
-    const float d = max_step / 31.0f * kScaleSlack;
-    for (int v = 0; v < 256; ++v) {
-      ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), (steps[v / 16] + d) / 2 + 1e-7f)
-          << "block " << blk << " value " << v;
-    }
-  }
-  EXPECT_LT(rms_error(x, y), rms_error(x, round_trip(GgmlType::Q2_K, x)));
+TEST(Quantize, Q3_KAndQ6_K) {
+  // 16-value sub-blocks; Q3_K: 6-bit scales (0..31 used) and codes -3..3 of -4..3; Q6_K: int8
+  // scales and codes -31..31 of -32..31.
+  const auto x = test_values(256 * 16, 6, 0.05f);
+  const auto y3 = round_trip(GgmlType::Q3_K, x);
+  expect_k_symmetric_bound(x, y3, 3.0f, 31.0f);
+  EXPECT_LT(rms_error(x, y3), rms_error(x, round_trip(GgmlType::Q2_K, x)));
+  const auto y6 = round_trip(GgmlType::Q6_K, x);
+  expect_k_symmetric_bound(x, y6, 31.0f, 127.0f);
+  EXPECT_LT(rms_error(x, y6), 0.03f * rms(x));
 }
 
 // IQ4_NL's table; a 4-bit index selects one of these codes.
@@ -308,17 +266,15 @@ TEST(Quantize, IQ4_XSCodesAreTheNearestForTheSubBlockScale) {
     const uint8_t* blk = q.data() + 136 * b;
     const float d = half_to_float(half_t(blk[0] | blk[1] << 8));
     const int scales_h = blk[2] | blk[3] << 8;
+    int min_ls = 63;
     for (int i = 0; i < 8; ++i) {
       const int ls = ((blk[4 + i / 2] >> (4 * (i % 2))) & 0x0f) | ((scales_h >> (2 * i)) & 3) << 4;
+      min_ls = std::min(min_ls, ls);
       int idx[32];
       iq4_indices(blk + 8 + 16 * i, idx);
       expect_nearest_codes(x.data() + 256 * b + 32 * i, idx, d * float(ls - 32), &inexact);
     }
     // The sub-block scale of largest magnitude is stored as ls = 0, i.e. -32·d.
-    int min_ls = 63;
-    for (int i = 0; i < 8; ++i) {
-      min_ls = std::min(min_ls, ((blk[4 + i / 2] >> (4 * (i % 2))) & 0x0f) | ((scales_h >> (2 * i)) & 3) << 4);
-    }
     EXPECT_EQ(min_ls, 0) << "block " << b;
   }
   EXPECT_LT(inexact, int(x.size()) / 1000) << "codes nearest for the unrounded scale only, too often";
