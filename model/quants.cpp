@@ -584,8 +584,8 @@ float symmetric_sub_blocks(const float* x, int top, float* step) {
 }
 
 // Q4_K / Q5_K: each 32-value sub-block gets step = range/(2^bits - 1) (range from min(0, lo) to
-// hi) and min = -min(0, lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales d
-// and dmin, the step rounded up: error <= step/2 + dmin/2.
+// hi) and min = -min(0, lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales
+// d and dmin, the step rounded up: error <= step/2 + dmin/2.
 void quant_k_affine(const float* x, uint8_t* b, int bits) {
   const int top = (1 << bits) - 1;
   float step[8], mins[8], max_step, max_min;
@@ -709,7 +709,7 @@ void quant_q6_k(const float* x, uint8_t* b) {
 // Rounds half to even, as ggml's nearest_int does (std::lround rounds half away from zero).
 int nearest_even(float v) { return int(std::nearbyint(v)); }
 
-// The index of the table code nearest to v (a value in units of the scale); the upper code on a tie.
+// The index of the table code nearest to v (a value in units of the scale); the upper one on a tie.
 int nearest_iq4nl_index(float v) {
   if (v <= float(kIq4nlValues[0])) return 0;
   if (v >= float(kIq4nlValues[15])) return 15;

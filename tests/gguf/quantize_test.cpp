@@ -123,9 +123,9 @@ TEST(Quantize, Q4_1AndQ5_1) {
   expect_within(shifted, round_trip(GgmlType::Q4_1, shifted), 32, bound(15));
 }
 
-// The K-quants with mins (Q2_K, Q4_K, Q5_K), per sub-block of `sub` values: step >= (hi - min(0, lo))
-// / levels, rounded up to a multiple of d = max step / scale_max; min = -min(0, lo) rounded to a
-// multiple of dmin = max min / scale_max. Error <= (step + d) / 2 + dmin / 2.
+// The K-quants with mins (Q2_K, Q4_K, Q5_K), per sub-block of `sub` values: step >= (hi - min(0,
+// lo)) / levels, rounded up to a multiple of d = max step / scale_max; min = -min(0, lo) rounded to
+// a multiple of dmin = max min / scale_max. Error <= (step + d) / 2 + dmin / 2.
 void expect_k_affine_bound(const std::vector<float>& x, const std::vector<float>& y, int sub, float levels,
                            float scale_max) {
   for (size_t blk = 0; blk < x.size() / 256; ++blk) {

@@ -102,7 +102,8 @@ TEST(SynthTypes, TheFallbacksAreLlamaCpps) {
   };
   for (const auto& [asked, fallback] : fallbacks) {
     EXPECT_EQ(synth_matrix_type(asked, 512), asked) << ggml_type_name(asked);
-    EXPECT_EQ(synth_matrix_type(asked, 896), fallback) << ggml_type_name(asked);  // Qwen2.5-0.5B's rows
+    // Qwen2.5-0.5B's rows of 896.
+    EXPECT_EQ(synth_matrix_type(asked, 896), fallback) << ggml_type_name(asked);
   }
   EXPECT_EQ(synth_matrix_type(GgmlType::Q4_K, 48), GgmlType::F16);  // not even whole Q5_0 blocks
   EXPECT_EQ(synth_matrix_type(GgmlType::IQ4_NL, 96), GgmlType::IQ4_NL);
