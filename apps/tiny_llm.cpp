@@ -405,8 +405,8 @@ int cmd_logits(RunOptions& o, const std::string& tokens, const std::string& toke
   return 0;
 }
 
-int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const std::string& preset, uint64_t seed,
-              bool seed_given, bool quiet) {
+int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const std::string& preset,
+              const std::string& weights, uint64_t seed, bool seed_given, bool quiet) {
   check_output_path(out, "--output", /*regular_only=*/true);
   SynthConfig c = preset == "tiny"          ? tiny_test_model()
                   : preset == "tiny-llama"  ? tiny_llama_test_model()
@@ -415,6 +415,7 @@ int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const st
                   : preset == "tiny-nemo"   ? tiny_nemo_test_model()
                                             : qwen25_05b_q4km();
   if (seed_given) c.seed = seed;
+  set_synth_weights(c, weights);
   if (!tokenizer_dir.empty() && c.vocab != SynthVocab::ByteLevel) {
     throw AppError("--tokenizer-dir: the " + preset + " preset writes its own SentencePiece vocabulary");
   }
@@ -475,7 +476,7 @@ int main_body(int argc, char** argv) {
   l->add_flag("--no-special", lg.no_special, "treat special-token text in -p as plain text");
   l->add_option("-o,--output", lg_out, "output file")->required();
 
-  std::string synth_out, synth_tok, synth_preset = "qwen2.5-0.5b";
+  std::string synth_out, synth_tok, synth_preset = "qwen2.5-0.5b", synth_weights = "q4_k_m";
   uint64_t synth_seed = 0;
   bool synth_quiet = false;
   CLI::App* s = app.add_subcommand("synth", "write a synthetic GGUF model with random weights");
@@ -489,6 +490,13 @@ int main_body(int argc, char** argv) {
                 "not n_embd / n_head, as Mistral-Nemo's)")
       ->check(CLI::IsMember(
           {"qwen2.5-0.5b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3", "tiny-nemo"}));
+  s->add_option("--weights", synth_weights,
+                "how the weight matrices are stored (norm weights and biases stay f32): q4_k_m, llama.cpp's "
+                "mix (q4_k; q6_k for attn_v and ffn_down in some layers and for the output), or one type "
+                "for every matrix, the output too. Rows that are not whole blocks of the type fall back "
+                "as llama.cpp does: tq1_0, tq2_0 -> q4_0; q2_k, q3_k, iq4_xs -> iq4_nl; q4_k -> q5_0; "
+                "q5_k -> q5_1; q6_k -> q8_0")
+      ->check(CLI::IsMember(synth_weight_names()));
   CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights")->check(seed_validator());
   s->add_flag("-q,--quiet", synth_quiet, "no progress");
 
@@ -508,7 +516,10 @@ int main_body(int argc, char** argv) {
     return cmd_tokenize(tok_path, tok_text, tok_file, no_special);
   }
   if (l->parsed()) return cmd_logits(lg, lg_tokens, lg_tokens_file, lg_prompt, lg_out);
-  if (s->parsed()) return cmd_synth(synth_out, synth_tok, synth_preset, synth_seed, seed_opt->count() > 0, synth_quiet);
+  if (s->parsed()) {
+    return cmd_synth(synth_out, synth_tok, synth_preset, synth_weights, synth_seed, seed_opt->count() > 0,
+                     synth_quiet);
+  }
   return 1;
 }
 

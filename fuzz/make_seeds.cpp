@@ -1,7 +1,11 @@
 // Writes the GGUF seed corpus of gguf_fuzz into a folder (fuzz/corpus/gguf holds its output):
 //   model_qwen2.gguf   a complete qwen2 model (1 layer, n_embd 32, byte-level vocabulary, Q8_0)
 //   model_llama.gguf   the llama variant (untied output.weight, no q/k/v biases)
-//   types.gguf         one tensor of every ggml type the reader knows, one block row each
+//   model_iq4_xs.gguf  model_qwen2 with n_ff 256 and IQ4_XS weights: ffn_down (rows of 256) IQ4_XS,
+//                      the other matrices (rows of 32) IQ4_NL, llama.cpp's fallback
+//   model_tq1_0.gguf   the same shapes in TQ1_0 (ffn_down) and Q4_0 (the fallback), llama layout
+//   model_tq2_0.gguf   the same in TQ2_0 and Q4_0, qwen2 layout
+//   types.gguf         one tensor of every ggml type quantize_row writes, one block row each
 //   values.gguf        a metadata value of every GGUF type, nested arrays, GGUF version 2,
 //                      general.alignment 64
 // Usage: make_seeds OUT_DIR. The files are deterministic (fixed seeds).
@@ -17,7 +21,7 @@ namespace {
 
 using namespace tllm;
 
-SynthConfig small_model(const std::string& arch) {
+SynthConfig small_model(const std::string& arch, const std::string& weights = "q8_0") {
   SynthConfig c = arch == "llama" ? tiny_llama_test_model() : tiny_test_model();
   c.n_layer = 1;
   c.n_embd = 32;
@@ -26,7 +30,8 @@ SynthConfig small_model(const std::string& arch) {
   c.n_head_kv = 1;
   c.n_vocab = 260;  // 256 byte tokens, 3 control tokens, one padding token
   c.n_ctx = 64;
-  c.mix = SynthMix::Q8_0;
+  set_synth_weights(c, weights);
+  if (weights != "q8_0") c.n_ff = 256;  // one matrix with rows of a whole 256-value super-block
   c.name = "seed";
   return c;
 }
@@ -34,7 +39,8 @@ SynthConfig small_model(const std::string& arch) {
 void write_types(const std::string& path) {
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                             GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
-                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS};
+                            GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                            GgmlType::TQ1_0, GgmlType::TQ2_0};
   GgufWriter w;
   w.set_string("general.architecture", "qwen2");
   std::vector<GgmlType> declared;
@@ -50,13 +56,7 @@ void write_types(const std::string& path) {
     const int64_t n = bv == 1 ? 8 : bv;
     std::vector<float> src(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) src[size_t(i)] = float(i % 7) - 3.0f + 0.25f * float(i % 3);
-    // Types without a quantiser (Q2_K, Q3_K, Q5_K, IQ4_NL, IQ4_XS) keep a byte pattern: any bytes
-    // dequantise.
-    try {
-      quantize_row(declared[index], src.data(), dst, n);
-    } catch (const GgufError&) {
-      for (int64_t i = 0; i < bb; ++i) dst[i] = uint8_t(i * 37 + 11);
-    }
+    quantize_row(declared[index], src.data(), dst, n);
   });
 }
 
@@ -114,6 +114,9 @@ int main(int argc, char** argv) {
   try {
     write_synth_model(small_model("qwen2"), dir + "/model_qwen2.gguf");
     write_synth_model(small_model("llama"), dir + "/model_llama.gguf");
+    write_synth_model(small_model("qwen2", "iq4_xs"), dir + "/model_iq4_xs.gguf");
+    write_synth_model(small_model("llama", "tq1_0"), dir + "/model_tq1_0.gguf");
+    write_synth_model(small_model("qwen2", "tq2_0"), dir + "/model_tq2_0.gguf");
     write_types(dir + "/types.gguf");
     write_values(dir + "/values.gguf");
   } catch (const std::exception& e) {

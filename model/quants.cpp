@@ -1,5 +1,5 @@
-// ggml block formats: dequantisation of every format this project reads and round-to-nearest
-// quantisers for the formats it writes.
+// ggml block formats: dequantisation of every format this project reads and quantisers for the
+// formats it writes (round-to-nearest, and for IQ4_NL / IQ4_XS ggml's scale search).
 //
 // Block layouts (little-endian, fp16 scales; "d" is the scale, "m"/"dmin" the min):
 //   Q4_0  32 values, 18 B: d | qs[16]           x = (nibble - 8) * d
@@ -545,31 +545,60 @@ void quant_q8_0(const float* x, uint8_t* b) {
   for (int j = 0; j < 32; ++j) qs[j] = int8_t(clamp_int(nearest(x[j] * id), -127, 127));
 }
 
-// Q4_K: each 32-value sub-block gets step = range/15 (range from min(0, lo) to hi) and min = -min(0,
-// lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales d and dmin. The step is
-// rounded up to a multiple of d so the top code never clips: error <= step/2 + dmin/2.
-void quant_q4_k(const float* x, uint8_t* b) {
-  float step[8], mins[8];
-  float max_step = 0, max_min = 0;
-  for (int i = 0; i < 8; ++i) {
-    float lo = 0, hi = x[32 * i];
-    for (int l = 0; l < 32; ++l) {
-      lo = std::min(lo, x[32 * i + l]);
-      hi = std::max(hi, x[32 * i + l]);
+// The sub-block steps of the K-quants. Each step is stored as a multiple of the fp16 super-scale d,
+// rounded up (so that the top code never clips) and capped at `max`; 0 where d is 0.
+int step_multiple(float step, float d, int max) { return d != 0 ? int(std::min(float(max), std::ceil(step / d))) : 0; }
+
+// The nearest multiple of dmin to `min`, capped at `max`; 0 where dmin is 0.
+int min_multiple(float min, float dmin, int max) { return dmin != 0 ? std::min(max, nearest(min / dmin)) : 0; }
+
+// Sub-blocks with a min (Q2_K, Q4_K, Q5_K): for each of the n_sub sub-blocks of `sub` values, step
+// = (hi - min(0, lo)) / top and min = -min(0, lo); returns the largest of each through max_step and
+// max_min.
+void affine_sub_blocks(const float* x, int n_sub, int sub, int top, float* step, float* mins, float* max_step,
+                       float* max_min) {
+  *max_step = 0;
+  *max_min = 0;
+  for (int i = 0; i < n_sub; ++i) {
+    float lo = 0, hi = x[sub * i];
+    for (int l = 0; l < sub; ++l) {
+      lo = std::min(lo, x[sub * i + l]);
+      hi = std::max(hi, x[sub * i + l]);
     }
-    step[i] = (hi - lo) / 15.0f;
+    step[i] = (hi - lo) / float(top);
     mins[i] = -lo;
-    max_step = std::max(max_step, step[i]);
-    max_min = std::max(max_min, mins[i]);
+    *max_step = std::max(*max_step, step[i]);
+    *max_min = std::max(*max_min, mins[i]);
   }
+}
+
+// Symmetric 16-value sub-blocks (Q3_K, Q6_K): step = (largest magnitude) / top for each of the 16;
+// returns the largest step.
+float symmetric_sub_blocks(const float* x, int top, float* step) {
+  float max_step = 0;
+  for (int i = 0; i < 16; ++i) {
+    step[i] = max_abs(x + 16 * i, 16) / float(top);
+    max_step = std::max(max_step, step[i]);
+  }
+  return max_step;
+}
+
+// Q4_K / Q5_K: each 32-value sub-block gets step = range/(2^bits - 1) (range from min(0, lo) to
+// hi) and min = -min(0, lo); steps and mins are stored as 6-bit multiples of the fp16 super-scales
+// d and dmin, the step rounded up: error <= step/2 + dmin/2.
+void quant_k_affine(const float* x, uint8_t* b, int bits) {
+  const int top = (1 << bits) - 1;
+  float step[8], mins[8], max_step, max_min;
+  affine_sub_blocks(x, 8, 32, top, step, mins, &max_step, &max_min);
   const half_t dh = half_at_least(max_step / 63.0f), mh = half_at_least(max_min / 63.0f);
   const float d = half_to_float(dh), dmin = half_to_float(mh);
   int sc[8], mn[8];
   for (int i = 0; i < 8; ++i) {
-    sc[i] = d != 0 ? int(std::min(63.0f, std::ceil(step[i] / d))) : 0;
-    mn[i] = dmin != 0 ? std::min(63, nearest(mins[i] / dmin)) : 0;
+    sc[i] = step_multiple(step[i], d, 63);
+    mn[i] = min_multiple(mins[i], dmin, 63);
   }
-  std::memset(b, 0, 144);
+  const int bytes = bits == 4 ? 144 : 176;
+  std::memset(b, 0, size_t(bytes));
   store_half(b, dh);
   store_half(b + 2, mh);
   uint8_t* s = b + 4;
@@ -578,13 +607,74 @@ void quant_q4_k(const float* x, uint8_t* b) {
     s[i + 4] = uint8_t(mn[i] | (mn[i + 4] >> 4) << 6);
     s[i + 8] = uint8_t((sc[i + 4] & 0x0f) | (mn[i + 4] & 0x0f) << 4);
   }
-  uint8_t* qs = b + 16;
+  uint8_t* qh = b + 16;  // Q5_K only
+  uint8_t* qs = b + (bits == 4 ? 16 : 48);
   for (int i = 0; i < 8; ++i) {
     const float dl = d * float(sc[i]), ml = dmin * float(mn[i]);
     const float id = dl != 0 ? 1.0f / dl : 0.0f;
     for (int l = 0; l < 32; ++l) {
-      const int q = clamp_int(nearest((x[32 * i + l] + ml) * id), 0, 15);
-      qs[32 * (i / 2) + l] |= uint8_t(i % 2 ? q << 4 : q);
+      const int q = clamp_int(nearest((x[32 * i + l] + ml) * id), 0, top);
+      qs[32 * (i / 2) + l] |= uint8_t(i % 2 ? (q & 0x0f) << 4 : q & 0x0f);
+      if (bits == 5) qh[l] |= uint8_t((q >> 4) << i);
+    }
+  }
+}
+
+// Q2_K: each 16-value sub-block gets step = range/3 (range from min(0, lo) to hi) and min =
+// -min(0, lo), stored as 4-bit multiples of the fp16 super-scales d and dmin, the step rounded up:
+// error <= step/2 + dmin/2.
+void quant_q2_k(const float* x, uint8_t* b) {
+  float step[16], mins[16], max_step, max_min;
+  affine_sub_blocks(x, 16, 16, 3, step, mins, &max_step, &max_min);
+  const half_t dh = half_at_least(max_step / 15.0f), mh = half_at_least(max_min / 15.0f);
+  const float d = half_to_float(dh), dmin = half_to_float(mh);
+  std::memset(b, 0, 84);
+  uint8_t* scales = b;
+  uint8_t* qs = b + 16;
+  store_half(b + 80, dh);
+  store_half(b + 82, mh);
+  for (int i = 0; i < 16; ++i) scales[i] = uint8_t(step_multiple(step[i], d, 15) | min_multiple(mins[i], dmin, 15) << 4);
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t sc = scales[8 * h + 2 * j + l / 16];
+        const float dl = d * float(sc & 0x0f), ml = dmin * float(sc >> 4);
+        const float v = x[128 * h + 32 * j + l];
+        const int q = dl != 0 ? clamp_int(nearest((v + ml) / dl), 0, 3) : 0;
+        qs[32 * h + l] |= uint8_t(q << (2 * j));
+      }
+    }
+  }
+}
+
+// Q3_K: each 16-value sub-block gets step = (largest magnitude)/3, stored as a 6-bit multiple
+// (0..31 of the signed -32..31) of the fp16 super-scale d and rounded up so that no value clips
+// (codes -3..3 of -4..3): error <= step/2.
+void quant_q3_k(const float* x, uint8_t* b) {
+  float step[16];
+  const half_t dh = half_at_least(symmetric_sub_blocks(x, 3, step) / 31.0f);
+  const float d = half_to_float(dh);
+  std::memset(b, 0, 110);
+  uint8_t* hmask = b;
+  uint8_t* qs = b + 32;
+  uint8_t* scales = b + 96;
+  store_half(b + 108, dh);
+  int sc[16];
+  for (int i = 0; i < 16; ++i) {
+    sc[i] = step_multiple(step[i], d, 31);
+    const int stored = sc[i] + 32;  // the layout of q3_k_scale
+    scales[i % 8] |= uint8_t((stored & 0x0f) << (i < 8 ? 0 : 4));
+    scales[8 + i % 4] |= uint8_t((stored >> 4) << (2 * (i / 4)));
+  }
+  for (int h = 0; h < 2; ++h) {
+    for (int j = 0; j < 4; ++j) {
+      for (int l = 0; l < 32; ++l) {
+        const float dl = d * float(sc[8 * h + 2 * j + l / 16]);
+        const float v = x[128 * h + 32 * j + l];
+        const int u = (dl != 0 ? clamp_int(nearest(v / dl), -4, 3) : 0) + 4;  // 0..7
+        qs[32 * h + l] |= uint8_t((u & 3) << (2 * j));
+        hmask[l] |= uint8_t((u >> 2) << (4 * h + j));
+      }
     }
   }
 }
@@ -593,19 +683,14 @@ void quant_q4_k(const float* x, uint8_t* b) {
 // fp16 super-scale d and rounded up so that no value clips: error <= step/2.
 void quant_q6_k(const float* x, uint8_t* b) {
   float step[16];
-  float max_step = 0;
-  for (int i = 0; i < 16; ++i) {
-    step[i] = max_abs(x + 16 * i, 16) / 31.0f;
-    max_step = std::max(max_step, step[i]);
-  }
-  const half_t dh = half_at_least(max_step / 127.0f);
+  const half_t dh = half_at_least(symmetric_sub_blocks(x, 31, step) / 127.0f);
   const float d = half_to_float(dh);
   std::memset(b, 0, 210);
   uint8_t* ql = b;
   uint8_t* qh = b + 128;
   int8_t* scales = reinterpret_cast<int8_t*>(b + 192);
   store_half(b + 208, dh);
-  for (int i = 0; i < 16; ++i) scales[i] = int8_t(d != 0 ? int(std::min(127.0f, std::ceil(step[i] / d))) : 0);
+  for (int i = 0; i < 16; ++i) scales[i] = int8_t(step_multiple(step[i], d, 127));
   for (int h = 0; h < 2; ++h) {
     for (int k = 0; k < 4; ++k) {
       for (int l = 0; l < 32; ++l) {
@@ -617,6 +702,115 @@ void quant_q6_k(const float* x, uint8_t* b) {
       }
     }
   }
+}
+
+// ---- IQ4_NL / IQ4_XS: codes from the non-linear table, scale by weighted least squares ---------
+
+// Rounds half to even, as ggml's nearest_int does (std::lround rounds half away from zero).
+int nearest_even(float v) { return int(std::nearbyint(v)); }
+
+// The index of the table code nearest to v (a value in units of the scale); the upper one on a tie.
+int nearest_iq4nl_index(float v) {
+  if (v <= float(kIq4nlValues[0])) return 0;
+  if (v >= float(kIq4nlValues[15])) return 15;
+  int lo = 0, hi = 15;  // kIq4nlValues[lo] <= v < kIq4nlValues[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (v < float(kIq4nlValues[mid])) {
+      hi = mid;
+    } else {
+      lo = mid;
+    }
+  }
+  return v - float(kIq4nlValues[lo]) < float(kIq4nlValues[hi]) - v ? lo : hi;
+}
+
+// The scale of one 32-value group, as ggml's reference quantiser chooses it without importance
+// weights: each value is weighted by x², so the large values, which carry most of a dot product,
+// are fitted best. For each candidate inverse scale (the largest-magnitude value mapped to +127,
+// which clips to the top code 113, or to -127 - t for t in -7..7), the codes are the nearest table
+// entries and the least-squares scale for those codes is sum(w·q·x) / sum(w·q²); the candidate
+// with the largest sum(w·q·x)² / sum(w·q²), i.e. the least weighted squared error, wins. Returns 0
+// for a group of (near) zeros.
+float iq4_group_scale(const float* x) {
+  float amax = 0, max = 0;  // largest magnitude, and that value with its sign
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  if (amax < 1e-15f) return 0;
+  // Weighted sums of the codes chosen with inverse scale `id`: {sum(w·q·x), sum(w·q²)}.
+  auto fit = [x](float id, float* sumqx, float* sumq2) {
+    *sumqx = 0;
+    *sumq2 = 0;
+    for (int j = 0; j < 32; ++j) {
+      const float q = float(kIq4nlValues[nearest_iq4nl_index(id * x[j])]);
+      const float w = x[j] * x[j];
+      *sumqx += w * q * x[j];
+      *sumq2 += w * q * q;
+    }
+  };
+  float sumqx, sumq2;
+  fit(1 / (-max / float(kIq4nlValues[0])), &sumqx, &sumq2);
+  float d = sumqx / sumq2;
+  float best = d * sumqx;
+  constexpr int kTries = 7;
+  for (int t = -kTries; t <= kTries; ++t) {
+    fit(float(t + kIq4nlValues[0]) / max, &sumqx, &sumq2);
+    if (sumq2 > 0 && sumqx * sumqx > best * sumq2) {
+      d = sumqx / sumq2;
+      best = d * sumqx;
+    }
+  }
+  return d;
+}
+
+// Packs 32 table indices of scale `d` (codes nearest to x / d; index 8, code 1, when d is 0) into
+// 16 bytes as unpack_nibbles reads them.
+void pack_iq4_indices(const float* x, float d, uint8_t* qs) {
+  const float id = d != 0 ? 1 / d : 0.0f;
+  int q[32];
+  for (int j = 0; j < 32; ++j) q[j] = nearest_iq4nl_index(id * x[j]);
+  for (int j = 0; j < 16; ++j) qs[j] = uint8_t(q[j] | q[j + 16] << 4);
+}
+
+// IQ4_NL: the group's scale, stored as fp16; the codes are chosen with the scale before that
+// rounding (as ggml does), so a code may differ from the nearest for the stored d where x / d lies
+// within d's rounding (2^-11 relative) of the midpoint between two codes.
+void quant_iq4_nl(const float* x, uint8_t* b) {
+  const float d = iq4_group_scale(x);
+  store_half(b, float_to_half(d));
+  pack_iq4_indices(x, d, b + 2);
+}
+
+// IQ4_XS: the 8 sub-block scales as IQ4_NL's, then the super-block d = -(the one of largest
+// magnitude)/32 in fp16 and each sub-block's 6-bit ls = round(scale / d) + 32 (clamped to 0..63),
+// so the largest maps to -32·d exactly; each sub-block's codes are chosen for d·(ls - 32) (with d
+// before fp16 rounding, as ggml does).
+void quant_iq4_xs(const float* x, uint8_t* b) {
+  float scales[8];
+  float max_scale = 0;  // the sub-block scale of largest magnitude, with its sign
+  for (int i = 0; i < 8; ++i) {
+    scales[i] = iq4_group_scale(x + 32 * i);
+    if (std::fabs(scales[i]) > std::fabs(max_scale)) max_scale = scales[i];
+  }
+  const float d = -max_scale / 32;
+  store_half(b, float_to_half(d));
+  const float id = d != 0 ? 1 / d : 0.0f;
+  uint16_t scales_h = 0;
+  uint8_t* scales_l = b + 4;
+  std::memset(scales_l, 0, 4);
+  for (int i = 0; i < 8; ++i) {
+    const int l = clamp_int(nearest_even(id * scales[i]), -32, 31);
+    pack_iq4_indices(x + 32 * i, d * float(l), b + 8 + 16 * i);
+    const int ls = l + 32;
+    scales_l[i / 2] |= uint8_t((ls & 0x0f) << (4 * (i % 2)));
+    scales_h |= uint16_t((ls >> 4) << (2 * i));
+  }
+  b[2] = uint8_t(scales_h & 0xff);
+  b[3] = uint8_t(scales_h >> 8);
 }
 
 // TQ1_0 / TQ2_0 (ggml's reference): d = max|x| and each value's trit is round(x / max|x|) + 1, in
@@ -751,6 +945,19 @@ bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d) {
   return true;
 }
 
+bool can_quantize(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: case GgmlType::F16: case GgmlType::BF16:
+    case GgmlType::Q4_0: case GgmlType::Q4_1: case GgmlType::Q5_0: case GgmlType::Q5_1:
+    case GgmlType::Q8_0: case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::Q4_K:
+    case GgmlType::Q5_K: case GgmlType::Q6_K: case GgmlType::IQ4_NL: case GgmlType::IQ4_XS:
+    case GgmlType::TQ1_0: case GgmlType::TQ2_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
   check_row(t, n, "quantize_row");
   uint8_t* d = static_cast<uint8_t*>(dst);
@@ -771,8 +978,13 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::Q4_1: block = [](const float* x, uint8_t* b) { quant_affine(x, b, 4); }; break;
     case GgmlType::Q5_1: block = [](const float* x, uint8_t* b) { quant_affine(x, b, 5); }; break;
     case GgmlType::Q8_0: block = quant_q8_0; break;
-    case GgmlType::Q4_K: block = quant_q4_k; break;
+    case GgmlType::Q2_K: block = quant_q2_k; break;
+    case GgmlType::Q3_K: block = quant_q3_k; break;
+    case GgmlType::Q4_K: block = [](const float* x, uint8_t* b) { quant_k_affine(x, b, 4); }; break;
+    case GgmlType::Q5_K: block = [](const float* x, uint8_t* b) { quant_k_affine(x, b, 5); }; break;
     case GgmlType::Q6_K: block = quant_q6_k; break;
+    case GgmlType::IQ4_NL: block = quant_iq4_nl; break;
+    case GgmlType::IQ4_XS: block = quant_iq4_xs; break;
     case GgmlType::TQ1_0: block = quant_tq1_0; break;
     case GgmlType::TQ2_0: block = quant_tq2_0; break;
     default:

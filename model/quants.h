@@ -26,10 +26,15 @@ bool can_dequantize(GgmlType t);
 // Q5_0 -16..15, Q8_0 -128..127, IQ4_NL the table's -127..113.
 bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d);
 
-// Quantises `n` fp32 values into type `t` (round-to-nearest reference quantisers). Supports F32,
-// F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q6_K, TQ1_0, TQ2_0. Throws GgufError for any other
-// type.
+// Quantises `n` fp32 values into type `t`. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
+// Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (round-to-nearest with scales derived from each block's range),
+// IQ4_NL, IQ4_XS (ggml's reference algorithm without importance weights: a small search for the
+// scale of least weighted squared error, codes nearest in the non-linear table), TQ1_0, TQ2_0.
+// Throws GgufError for any other type.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
+
+// True when quantize_row handles `t`.
+bool can_quantize(GgmlType t);
 
 // Runs fn(i) for every i in [0, n), shared out among the host's threads (one per core); returns when
 // all are done and rethrows the first exception any call threw. Calls must be independent.

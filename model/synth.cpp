@@ -5,6 +5,7 @@
 #include "model/synth.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,15 +25,43 @@ constexpr int32_t kTokenControl = 3;
 constexpr int32_t kTokenUnused = 5;
 constexpr int32_t kTokenByte = 6;
 
-// llama.cpp file types (general.file_type).
-uint32_t file_type(SynthMix m) {
-  switch (m) {
-    case SynthMix::Q4_K_M: return 15;
-    case SynthMix::Q8_0: return 7;
-    case SynthMix::F16: return 1;
-    case SynthMix::F32: return 0;
+// llama.cpp's file type (general.file_type) of a model of mostly `t`; for the K-quants the _S mix,
+// whose matrices are mostly that type.
+uint32_t file_type_of(GgmlType t) {
+  switch (t) {
+    case GgmlType::F32: return 0;
+    case GgmlType::F16: return 1;
+    case GgmlType::Q4_0: return 2;
+    case GgmlType::Q4_1: return 3;
+    case GgmlType::Q8_0: return 7;
+    case GgmlType::Q5_0: return 8;
+    case GgmlType::Q5_1: return 9;
+    case GgmlType::Q2_K: return 10;
+    case GgmlType::Q3_K: return 11;   // Q3_K_S
+    case GgmlType::Q4_K: return 14;   // Q4_K_S
+    case GgmlType::Q5_K: return 16;   // Q5_K_S
+    case GgmlType::Q6_K: return 18;
+    case GgmlType::IQ4_NL: return 25;
+    case GgmlType::IQ4_XS: return 30;
+    case GgmlType::BF16: return 32;
+    case GgmlType::TQ1_0: return 36;
+    case GgmlType::TQ2_0: return 37;
+    default: return 0;
   }
-  return 0;
+}
+
+uint32_t file_type(const SynthConfig& c) { return c.mix == SynthMix::Q4_K_M ? 15 : file_type_of(c.weight_type); }
+
+// The types a uniform mix offers, in the order synth_weight_names lists them.
+constexpr GgmlType kUniformTypes[] = {
+    GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,   GgmlType::Q4_0,  GgmlType::Q4_1, GgmlType::Q5_0,
+    GgmlType::Q5_1, GgmlType::Q8_0,   GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::Q4_K, GgmlType::Q5_K,
+    GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::TQ1_0, GgmlType::TQ2_0,
+};
+
+std::string lower(std::string s) {
+  for (char& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return s;
 }
 
 // splitmix64: a 64-bit counter passed through a bijective mixer; identical output everywhere.
@@ -89,6 +118,9 @@ void validate(const SynthConfig& c) {
   if (!c.rope_freqs.empty() && int(c.rope_freqs.size()) != c.head_width() / 2) {
     bad_config("rope_freqs has " + std::to_string(c.rope_freqs.size()) + " values, expected head_dim/2");
   }
+  if (c.mix == SynthMix::Uniform && !can_quantize(c.weight_type)) {
+    bad_config(std::string("weight type ") + ggml_type_name(c.weight_type) + " cannot be written");
+  }
   if (c.vocab == SynthVocab::SentencePiece && !c.tokenizer_dir.empty()) {
     bad_config("tokenizer_dir '" + c.tokenizer_dir +
                "' holds a byte-level tokenizer; the SentencePiece vocabulary takes none");
@@ -100,23 +132,11 @@ bool use_more_bits(int layer, int n_layer) {
   return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
 }
 
-// K-quants need rows that are whole 256-value super-blocks; llama.cpp falls back otherwise.
-GgmlType k_quant_or_fallback(GgmlType t, int64_t row_length) {
-  if (row_length % 256 == 0) return t;
-  return t == GgmlType::Q6_K ? GgmlType::Q8_0 : GgmlType::Q5_0;
-}
-
 enum class Role { Matrix, MoreBitsMatrix, OutputMatrix };
 
-GgmlType matrix_type(SynthMix mix, Role role, int64_t row_length) {
-  switch (mix) {
-    case SynthMix::Q4_K_M:
-      return k_quant_or_fallback(role == Role::Matrix ? GgmlType::Q4_K : GgmlType::Q6_K, row_length);
-    case SynthMix::Q8_0: return GgmlType::Q8_0;
-    case SynthMix::F16: return GgmlType::F16;
-    case SynthMix::F32: return GgmlType::F32;
-  }
-  return GgmlType::F32;
+GgmlType matrix_type(const SynthConfig& c, Role role, int64_t row_length) {
+  if (c.mix == SynthMix::Uniform) return synth_matrix_type(c.weight_type, row_length);
+  return synth_matrix_type(role == Role::Matrix ? GgmlType::Q4_K : GgmlType::Q6_K, row_length);
 }
 
 // ---- tokenizer ---------------------------------------------------------------------------------
@@ -353,6 +373,48 @@ void generate_tensor(const SynthConfig& c, size_t index, const SynthTensor& t, u
 
 }  // namespace
 
+GgmlType synth_matrix_type(GgmlType t, int64_t row_length) {
+  int64_t bv = 0;
+  if (ggml_type_block(t, &bv, nullptr) && row_length % bv == 0) return t;
+  GgmlType fallback = GgmlType::F16;
+  switch (t) {
+    case GgmlType::TQ1_0: case GgmlType::TQ2_0: fallback = GgmlType::Q4_0; break;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: fallback = GgmlType::IQ4_NL; break;
+    case GgmlType::Q4_K: fallback = GgmlType::Q5_0; break;
+    case GgmlType::Q5_K: fallback = GgmlType::Q5_1; break;
+    case GgmlType::Q6_K: fallback = GgmlType::Q8_0; break;
+    default: break;
+  }
+  ggml_type_block(fallback, &bv, nullptr);
+  return row_length % bv == 0 ? fallback : GgmlType::F16;
+}
+
+const std::vector<std::string>& synth_weight_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v = {"q4_k_m"};
+    for (GgmlType t : kUniformTypes) v.push_back(lower(ggml_type_name(t)));
+    return v;
+  }();
+  return names;
+}
+
+void set_synth_weights(SynthConfig& c, const std::string& name) {
+  if (name == "q4_k_m") {
+    c.mix = SynthMix::Q4_K_M;
+    return;
+  }
+  for (GgmlType t : kUniformTypes) {
+    if (name == lower(ggml_type_name(t))) {
+      c.mix = SynthMix::Uniform;
+      c.weight_type = t;
+      return;
+    }
+  }
+  std::string valid;
+  for (const std::string& n : synth_weight_names()) valid += (valid.empty() ? "" : ", ") + n;
+  bad_config("unknown weight type '" + name + "' (" + valid + ")");
+}
+
 SynthConfig qwen25_05b_q4km() { return SynthConfig{}; }
 
 SynthConfig tiny_test_model() {
@@ -430,7 +492,7 @@ std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
     ts.push_back({name, type, std::move(dims)});
   };
   auto matrix = [&](const std::string& name, Role role, int64_t k, int64_t n) {
-    add(name, matrix_type(c.mix, role, k), {k, n});
+    add(name, matrix_type(c, role, k), {k, n});
   };
   // With tied embeddings token_embd.weight is also the output projection and is typed as one.
   matrix("token_embd.weight", c.tied ? Role::OutputMatrix : Role::Matrix, n_embd, n_vocab);  // (n_vocab, n_embd)
@@ -465,7 +527,7 @@ void write_synth_model(const SynthConfig& c, const std::string& path,
   GgufWriter w;
   w.set_string("general.architecture", c.arch);
   w.set_string("general.name", c.name);
-  w.set_u32("general.file_type", file_type(c.mix));
+  w.set_u32("general.file_type", file_type(c));
   w.set_u32("general.quantization_version", 2);
   w.set_u32(a + "context_length", uint32_t(c.n_ctx));
   w.set_u32(a + "embedding_length", uint32_t(c.n_embd));

@@ -25,9 +25,10 @@ enum class SynthMix : uint8_t {
   // output projection (token_embd.weight when the embeddings are tied). A matrix whose row length
   // is not a multiple of 256 falls back to Q5_0 (for Q4_K) or Q8_0 (for Q6_K), as llama.cpp does.
   Q4_K_M,
-  Q8_0,  // every matrix Q8_0
-  F16,   // every matrix F16
-  F32,   // every matrix F32
+  // Every matrix SynthConfig::weight_type, the output projection included (llama.cpp's quantiser
+  // mostly gives it Q6_K; here it keeps the type asked for). A matrix whose row length is not a
+  // multiple of the type's block size falls back as llama.cpp's quantiser does (synth_matrix_type).
+  Uniform,
 };
 
 // The tokenizer written into the file.
@@ -60,6 +61,7 @@ struct SynthConfig {
   // writes Llama 3.1's rope scaling; empty: no such tensor.
   std::vector<float> rope_freqs;
   SynthMix mix = SynthMix::Q4_K_M;
+  GgmlType weight_type = GgmlType::Q8_0;  // mix Uniform: the matrices' type (can_quantize)
   uint64_t seed = 0x7116e11a5eedull;
   float weight_std = 0.02f;    // standard deviation of the matrix weights
   SynthVocab vocab = SynthVocab::ByteLevel;
@@ -77,6 +79,20 @@ struct SynthTensor {
   GgmlType type = GgmlType::F32;
   std::vector<int64_t> dims;  // GGUF order: dims[0] = row length
 };
+
+// The type of a matrix of rows of `row_length` values that is asked to be `t`: `t` where the row
+// is whole blocks of it; otherwise llama.cpp's fallback: TQ1_0, TQ2_0 -> Q4_0; Q2_K, Q3_K, IQ4_XS
+// -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; F16 for the other types and where the
+// fallback does not fit either. (The 896-wide rows of Qwen2.5-0.5B thus hold IQ4_NL for IQ4_XS.)
+GgmlType synth_matrix_type(GgmlType t, int64_t row_length);
+
+// The names of the weight storage `tiny_llm synth --weights` offers: "q4_k_m" (SynthMix::Q4_K_M),
+// then "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k" .. "q6_k", "iq4_nl",
+// "iq4_xs", "tq1_0", "tq2_0" (SynthMix::Uniform of that type).
+const std::vector<std::string>& synth_weight_names();
+// Sets c.mix and c.weight_type for one of synth_weight_names(); throws GgufError naming the valid
+// names for any other.
+void set_synth_weights(SynthConfig& c, const std::string& name);
 
 // Qwen2.5-0.5B-Instruct Q4_K_M: 24 layers, n_embd 896, n_ff 4864, 14 heads / 2 KV heads
 // (head_dim 64), n_vocab 151936, tied embeddings, q/k/v biases; 290 tensors, about 400 MB.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "model/quants.h"
 
@@ -122,51 +123,187 @@ TEST(Quantize, Q4_1AndQ5_1) {
   expect_within(shifted, round_trip(GgmlType::Q4_1, shifted), 32, bound(15));
 }
 
-TEST(Quantize, Q4_K) {
-  // Per 32-value sub-block: step >= (hi - min(0, lo)) / 15, rounded up to a multiple of
-  // d = max step / 63; min = -min(0, lo) rounded to a multiple of dmin = max min / 63.
-  // Error <= (step + d) / 2 + dmin / 2.
-  const auto x = test_values(256 * 16, 5, 0.05f);
-  const auto y = round_trip(GgmlType::Q4_K, x);
+// The K-quants with mins (Q2_K, Q4_K, Q5_K), per sub-block of `sub` values: step >= (hi - min(0,
+// lo)) / levels, rounded up to a multiple of d = max step / scale_max; min = -min(0, lo) rounded to
+// a multiple of dmin = max min / scale_max. Error <= (step + d) / 2 + dmin / 2.
+void expect_k_affine_bound(const std::vector<float>& x, const std::vector<float>& y, int sub, float levels,
+                           float scale_max) {
   for (size_t blk = 0; blk < x.size() / 256; ++blk) {
     const float* xb = x.data() + blk * 256;
-    float steps[8], mins[8], max_step = 0, max_min = 0;
-    for (int i = 0; i < 8; ++i) {
-      const float lo = std::min(0.0f, *std::min_element(xb + 32 * i, xb + 32 * i + 32));
-      const float hi = *std::max_element(xb + 32 * i, xb + 32 * i + 32);
-      steps[i] = (hi - lo) / 15.0f;
-      mins[i] = -lo;
-      max_step = std::max(max_step, steps[i]);
-      max_min = std::max(max_min, mins[i]);
+    std::vector<float> steps(size_t(256 / sub));
+    float max_step = 0, max_min = 0;
+    for (int i = 0; i < 256 / sub; ++i) {
+      const float lo = std::min(0.0f, *std::min_element(xb + sub * i, xb + sub * i + sub));
+      const float hi = *std::max_element(xb + sub * i, xb + sub * i + sub);
+      steps[size_t(i)] = (hi - lo) / levels;
+      max_step = std::max(max_step, steps[size_t(i)]);
+      max_min = std::max(max_min, -lo);
     }
-    const float d = max_step / 63.0f * kScaleSlack, dmin = max_min / 63.0f * kScaleSlack;
+    const float d = max_step / scale_max * kScaleSlack, dmin = max_min / scale_max * kScaleSlack;
     for (int v = 0; v < 256; ++v) {
-      const float lim = (steps[v / 32] + d) / 2 + dmin / 2 + 1e-6f;
+      const float lim = (steps[size_t(v / sub)] + d) / 2 + dmin / 2 + 1e-6f;
       ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), lim) << "block " << blk << " value " << v;
     }
   }
-  EXPECT_LT(rms_error(x, y), 0.12f * rms(x));
 }
 
-TEST(Quantize, Q6_K) {
-  // Per 16-value sub-block: step >= max|x| / 31, rounded up to a multiple of d = max step / 127:
-  // error <= (step + d) / 2.
-  const auto x = test_values(256 * 16, 6, 0.05f);
-  const auto y = round_trip(GgmlType::Q6_K, x);
+// The symmetric K-quants (Q3_K, Q6_K), per sub-block of 16 values: step >= max|x| / levels, rounded
+// up to a multiple of d = max step / scale_max so that no value clips: error <= (step + d) / 2.
+void expect_k_symmetric_bound(const std::vector<float>& x, const std::vector<float>& y, float levels,
+                              float scale_max) {
   for (size_t blk = 0; blk < x.size() / 256; ++blk) {
     const float* xb = x.data() + blk * 256;
     float steps[16], max_step = 0;
     for (int i = 0; i < 16; ++i) {
-      steps[i] = amax(xb + 16 * i, 16) / 31.0f;
+      steps[i] = amax(xb + 16 * i, 16) / levels;
       max_step = std::max(max_step, steps[i]);
     }
-    const float d = max_step / 127.0f * kScaleSlack;
+    const float d = max_step / scale_max * kScaleSlack;
     for (int v = 0; v < 256; ++v) {
       ASSERT_LE(std::fabs(xb[v] - y[blk * 256 + size_t(v)]), (steps[v / 16] + d) / 2 + 1e-7f)
           << "block " << blk << " value " << v;
     }
   }
-  EXPECT_LT(rms_error(x, y), 0.03f * rms(x));
+}
+
+TEST(Quantize, Q4_KAndQ5_K) {
+  // 32-value sub-blocks, 6-bit scales and mins; codes 0..15 (Q4_K) or 0..31 (Q5_K).
+  const auto x = test_values(256 * 16, 5, 0.05f);
+  const auto y4 = round_trip(GgmlType::Q4_K, x);
+  expect_k_affine_bound(x, y4, 32, 15.0f, 63.0f);
+  EXPECT_LT(rms_error(x, y4), 0.12f * rms(x));
+  const auto y5 = round_trip(GgmlType::Q5_K, x);
+  expect_k_affine_bound(x, y5, 32, 31.0f, 63.0f);
+  EXPECT_LT(rms_error(x, y5), 0.06f * rms(x));
+  EXPECT_LT(rms_error(x, y5), rms_error(x, y4));
+}
+
+TEST(Quantize, Q2_K) {
+  // 16-value sub-blocks, 4-bit scales and mins, codes 0..3.
+  const auto x = test_values(256 * 16, 10, 0.05f);
+  const auto y = round_trip(GgmlType::Q2_K, x);
+  expect_k_affine_bound(x, y, 16, 3.0f, 15.0f);
+}
+
+TEST(Quantize, Q3_KAndQ6_K) {
+  // 16-value sub-blocks; Q3_K: 6-bit scales (0..31 used) and codes -3..3 of -4..3; Q6_K: int8
+  // scales and codes -31..31 of -32..31.
+  const auto x = test_values(256 * 16, 6, 0.05f);
+  const auto y3 = round_trip(GgmlType::Q3_K, x);
+  expect_k_symmetric_bound(x, y3, 3.0f, 31.0f);
+  EXPECT_LT(rms_error(x, y3), rms_error(x, round_trip(GgmlType::Q2_K, x)));
+  const auto y6 = round_trip(GgmlType::Q6_K, x);
+  expect_k_symmetric_bound(x, y6, 31.0f, 127.0f);
+  EXPECT_LT(rms_error(x, y6), 0.03f * rms(x));
+}
+
+// IQ4_NL's table; a 4-bit index selects one of these codes.
+constexpr int kIq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+// The table indices of the 32 values packed in a 16-byte qs: byte j holds value j (low nibble) and
+// value j + 16 (high nibble).
+void iq4_indices(const uint8_t* qs, int* idx) {
+  for (int j = 0; j < 16; ++j) {
+    idx[j] = qs[j] & 0x0f;
+    idx[j + 16] = qs[j] >> 4;
+  }
+}
+
+// Checks that each of 32 values has the code nearest to x / s in the table, s the stored scale. The
+// quantiser picks codes with its scale before fp16 rounding (as ggml does), which differs from s by
+// up to 2^-11 relative: the chosen code may then be farther than the nearest by at most
+// (|code| + |nearest|)·|s|·2^-11 <= 254·|s|/2048. Counts the values whose code is not exactly the
+// nearest for s into *inexact.
+void expect_nearest_codes(const float* x, const int* idx, float s, int* inexact) {
+  const float slack = 254.0f * std::fabs(s) / 2048.0f * 1.001f + 1e-9f;
+  for (int j = 0; j < 32; ++j) {
+    const float err = std::fabs(x[j] - float(kIq4nl[idx[j]]) * s);
+    float best = err;
+    for (int t = 0; t < 16; ++t) best = std::min(best, std::fabs(x[j] - float(kIq4nl[t]) * s));
+    ASSERT_LE(err, best + slack) << "value " << j << ": x = " << x[j] << ", code " << kIq4nl[idx[j]]
+                                 << ", scale " << s;
+    *inexact += err > best;
+  }
+}
+
+// Gaussian-like rows (the sum of four uniform draws), the distribution of the synthetic weights.
+std::vector<float> gaussian_values(int64_t n, uint32_t seed) {
+  std::vector<float> x(static_cast<size_t>(n));
+  uint32_t s = seed;
+  for (auto& v : x) {
+    float sum = 0;
+    for (int k = 0; k < 4; ++k) {
+      s = s * 1664525u + 1013904223u;
+      sum += float(s >> 8) / float(1 << 24) - 0.5f;
+    }
+    v = 0.02f * sum * 1.7320508f;  // unit variance times the weight scale of a trained model
+  }
+  return x;
+}
+
+TEST(Quantize, IQ4_NLCodesAreTheNearestForTheScale) {
+  const auto x = test_values(32 * 512, 12, 1.0f);
+  std::vector<uint8_t> q(size_t(x.size() / 32 * 18));
+  quantize_row(GgmlType::IQ4_NL, x.data(), q.data(), int64_t(x.size()));
+  int inexact = 0;
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    int codes[32], idx[32];
+    half_t dh = 0;
+    ASSERT_TRUE(block_codes(GgmlType::IQ4_NL, q.data() + 18 * b, codes, &dh));
+    iq4_indices(q.data() + 18 * b + 2, idx);
+    expect_nearest_codes(x.data() + 32 * b, idx, half_to_float(dh), &inexact);
+  }
+  EXPECT_LT(inexact, int(x.size()) / 1000) << "codes nearest for the unrounded scale only, too often";
+  std::printf("IQ4_NL: %d of %zu codes nearest only for the unrounded scale\n", inexact, x.size());
+}
+
+TEST(Quantize, IQ4_XSCodesAreTheNearestForTheSubBlockScale) {
+  const auto x = test_values(256 * 64, 13, 1.0f);
+  std::vector<uint8_t> q(size_t(x.size() / 256 * 136));
+  quantize_row(GgmlType::IQ4_XS, x.data(), q.data(), int64_t(x.size()));
+  int inexact = 0;
+  for (size_t b = 0; b < x.size() / 256; ++b) {
+    const uint8_t* blk = q.data() + 136 * b;
+    const float d = half_to_float(half_t(blk[0] | blk[1] << 8));
+    const int scales_h = blk[2] | blk[3] << 8;
+    int min_ls = 63;
+    for (int i = 0; i < 8; ++i) {
+      const int ls = ((blk[4 + i / 2] >> (4 * (i % 2))) & 0x0f) | ((scales_h >> (2 * i)) & 3) << 4;
+      min_ls = std::min(min_ls, ls);
+      int idx[32];
+      iq4_indices(blk + 8 + 16 * i, idx);
+      expect_nearest_codes(x.data() + 256 * b + 32 * i, idx, d * float(ls - 32), &inexact);
+    }
+    // The sub-block scale of largest magnitude is stored as ls = 0, i.e. -32·d.
+    EXPECT_EQ(min_ls, 0) << "block " << b;
+  }
+  EXPECT_LT(inexact, int(x.size()) / 1000) << "codes nearest for the unrounded scale only, too often";
+  std::printf("IQ4_XS: %d of %zu codes nearest only for the unrounded scale\n", inexact, x.size());
+}
+
+TEST(Quantize, IQ4RoundTripErrors) {
+  // Bound: a 32-value group of Gaussian values has max|x| of about 2.1σ; 16 evenly spaced levels
+  // over ±max|x| would give a step of 0.28σ and an RMS error of step/√12 = 0.08σ. The table is
+  // denser near zero, where most values lie, and the scale search minimises the x²-weighted error,
+  // so IQ4_NL must do better than that uniform grid: RMS error < 0.08σ, and less than Q4_0's (the
+  // uniform 4-bit format with one scale per 32 values) on the same rows. IQ4_XS, whose sub-block
+  // scales are 6-bit multiples of one fp16 d per 256 values, may lose a little to that rounding:
+  // within 5% of IQ4_NL.
+  const auto x = gaussian_values(256 * 256, 14);
+  const auto y_nl = round_trip(GgmlType::IQ4_NL, x);
+  const auto y_xs = round_trip(GgmlType::IQ4_XS, x);
+  const float sigma = rms(x);
+  const float e_nl = rms_error(x, y_nl), e_xs = rms_error(x, y_xs);
+  const float e_q4 = rms_error(x, round_trip(GgmlType::Q4_0, x));
+  std::printf("RMS error / sigma: IQ4_NL %.4f, IQ4_XS %.4f, Q4_0 %.4f\n", e_nl / sigma, e_xs / sigma, e_q4 / sigma);
+  EXPECT_LT(e_nl, 0.08f * sigma);
+  EXPECT_LT(e_nl, e_q4);
+  EXPECT_LT(e_xs, 1.05f * e_nl);
+  // Per value: no error beyond half the widest gap of the table (24 codes, between 89 and 113) at
+  // the group's scale, or what clipping at the table's end leaves; both are within 15% of the
+  // group's max|x| (a scale search candidate maps max|x| onto 113·|d| or 127·|d| within 7 codes).
+  expect_within(x, y_nl, 32, [](const float* b) { return 0.15f * amax(b, 32); });
+  expect_within(x, y_xs, 32, [](const float* b) { return 0.15f * amax(b, 32); });
 }
 
 TEST(Quantize, TQ1_0AndTQ2_0) {
@@ -188,9 +325,10 @@ TEST(Quantize, TQ1_0AndTQ2_0) {
 }
 
 TEST(Quantize, EdgeBlocks) {
-  const std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0,
-                                       GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q4_K,
-                                       GgmlType::Q6_K, GgmlType::TQ1_0, GgmlType::TQ2_0};
+  const std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_1,  GgmlType::Q5_0,   GgmlType::Q5_1,
+                                       GgmlType::Q8_0, GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K,
+                                       GgmlType::Q5_K, GgmlType::Q6_K,  GgmlType::IQ4_NL, GgmlType::IQ4_XS,
+                                       GgmlType::TQ1_0, GgmlType::TQ2_0};
   for (GgmlType t : types) {
     SCOPED_TRACE(ggml_type_name(t));
     // All zeros stay exactly zero.
@@ -211,8 +349,11 @@ TEST(Quantize, EdgeBlocks) {
 TEST(Quantize, RejectsWhatItCannotWrite) {
   std::vector<float> x(256, 1.0f);
   std::vector<uint8_t> q(1024);
-  EXPECT_THROW(quantize_row(GgmlType::Q2_K, x.data(), q.data(), 256), GgufError);
-  EXPECT_THROW(quantize_row(GgmlType::Q5_K, x.data(), q.data(), 256), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, x.data(), q.data(), 256), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::IQ1_S, x.data(), q.data(), 256), GgufError);
+  EXPECT_FALSE(can_quantize(GgmlType::IQ3_S));
+  EXPECT_TRUE(can_quantize(GgmlType::IQ4_XS));
+  EXPECT_THROW(quantize_row(GgmlType::IQ4_XS, x.data(), q.data(), 32), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::Q4_K, x.data(), q.data(), 128), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::Q8_0, x.data(), q.data(), 31), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::TQ1_0, x.data(), q.data(), 128), GgufError);

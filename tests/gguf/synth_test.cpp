@@ -75,11 +75,12 @@ TEST(Synth, BenchmarkConfigDeclaresTheQwen25Q4KMTensors) {
 
 TEST(Synth, OtherMixesAndTheLlamaLayout) {
   SynthConfig c = tiny_test_model();
-  c.mix = SynthMix::Q8_0;
+  c.mix = SynthMix::Uniform;
+  c.weight_type = GgmlType::Q8_0;
   for (const SynthTensor& t : synth_tensors(c)) {
     EXPECT_EQ(t.type, t.dims.size() == 2 ? GgmlType::Q8_0 : GgmlType::F32) << t.name;
   }
-  c.mix = SynthMix::F16;
+  c.weight_type = GgmlType::F16;
   for (const SynthTensor& t : synth_tensors(c)) {
     EXPECT_EQ(t.type, t.dims.size() == 2 ? GgmlType::F16 : GgmlType::F32) << t.name;
   }

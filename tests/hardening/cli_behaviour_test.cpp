@@ -4,11 +4,12 @@
 // unreadable chat input, the model given both ways in --help, BOS and special tokens in prompts,
 // random seeds, a missing pre-tokenizer, a Llama 2-style model (SentencePiece vocabulary, Llama 2
 // chat template) from synth to generate, also without the BOS / EOS id keys, a model with heads of
-// their own width (attention.key_length) from synth to generate, and a benchmark that generates
-// one token.
+// their own width (attention.key_length) from synth to generate, weights of one type (IQ4_XS with
+// its fallback) from synth to generate, and a benchmark that generates one token.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
@@ -402,6 +403,34 @@ TEST(CliBehaviour, AModelWithHeadsOfTheirOwnWidthRunsFromSynthToGenerate) {
                           "\nw8a16_matmul_m1_attention_decode,n_kv=32 N=256,"}) {
     EXPECT_NE(r[2].out.find(row), std::string::npos) << row << r[2].describe();
   }
+}
+
+// synth --weights: every matrix in the type asked for where its rows are whole blocks of it (the
+// tiny preset's ffn_down, rows of n_ff = 256), llama.cpp's fallback elsewhere (IQ4_NL for IQ4_XS on
+// rows of n_embd = 64); the file inspects and generates on the CPU. An unknown type is one line.
+TEST(CliBehaviour, SynthWeightsOfOneTypeRunFromSynthToGenerate) {
+  const std::string t = tiny_llm_path();
+  ScratchDir dir;
+  const std::string m = dir.file("iq4_xs.gguf");
+  expect_success(run({t, "synth", "--preset", "tiny", "--weights", "iq4_xs", "-q", "-o", m}));
+  const std::vector<RunResult> r = run_all({
+      {t, "inspect", m},
+      {t, "generate", "-m", m, "--backend", "cpu", "-p", "hello", "--max-tokens", "4", "--stats"},
+      {t, "synth", "--preset", "tiny", "--weights", "iq2_xxs", "-q", "-o", dir.file("x.gguf")},
+  });
+  expect_success(r[0]);
+  expect_success(r[1]);
+  const std::string& listing = r[0].out;
+  for (const char* line : {"\ngeneral\\.file_type +30\n",
+                           "\nblk\\.0\\.ffn_down\\.weight +IQ4_XS +256 x 64 ",
+                           "\nblk\\.1\\.ffn_down\\.weight +IQ4_XS +256 x 64 ",
+                           "\nblk\\.0\\.attn_q\\.weight +IQ4_NL +64 x 64 ",
+                           "\ntoken_embd\\.weight +IQ4_NL +64 x 272 "}) {
+    EXPECT_TRUE(std::regex_search(listing, std::regex(line))) << line << "\n" << listing;
+  }
+  EXPECT_NE(r[1].err.find("generated 4 tokens"), std::string::npos) << r[1].describe();
+  expect_clean_failure(r[2], "tiny_llm", {"--weights", "iq2_xxs"});
+  EXPECT_FALSE(std::ifstream(dir.file("x.gguf")).good()) << "a file was written for an unknown type";
 }
 
 TEST(CliBehaviour, BenchWithOneTokenLeavesDecodeUnmeasured) {

@@ -121,6 +121,7 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
        {"cannot open for writing"}},
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "huge"}, {"--preset", "huge"}},
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--seed", "-1"}, {"--seed"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--weights", "Q4_K_M"}, {"--weights", "Q4_K_M"}},
       {{t, "synth", "-o", dir.file("no/such/dir/x.gguf"), "--preset", "tiny", "-q"}, {"no/such/dir/x.gguf"}},
   });
 }
