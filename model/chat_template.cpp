@@ -149,12 +149,35 @@ bool writes_eos(ChatTemplate kind) {
   return kind == ChatTemplate::Llama2 || kind == ChatTemplate::Mistral || kind == ChatTemplate::Zephyr;
 }
 
-// The DeepSeek-R1 distills' template: the last system message (ns.system_prompt) and each reply
-// as one expression. Templates that join the system messages or write the replies otherwise (the
-// later ones of DeepSeek-R1 and R1-0528) render otherwise and are not this format.
-bool is_deepseek_r1(const std::string& tmpl) {
-  return has(tmpl, "<｜User｜>") && has(tmpl, "{% set ns.system_prompt = message['content'] %}") &&
-         has(tmpl, "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}");
+// The revision of a DeepSeek-R1 template, recognised by the expressions that render system,
+// user and assistant messages: true, with fmt's think_prompt, join_system and
+// assistant_after_user set, for the revisions render_chat writes; false for a template with
+// "<｜User｜>" that renders them otherwise (DeepSeek-V3's keeps the reasoning in replies).
+bool deepseek_r1_revision(const std::string& tmpl, ChatFormat& fmt) {
+  if (!has(tmpl, "<｜User｜>") || !has(tmpl, "{% set content = content.split('</think>')[-1] %}")) return false;
+  bool join_system = false, think_prompt = false, assistant_after_user = false;
+  if (has(tmpl, "{% set ns.system_prompt = message['content'] %}")) {
+    join_system = false;
+  } else if (has(tmpl, "{% set ns.system_prompt = ns.system_prompt + message['content'] %}") &&
+             has(tmpl, "{% set ns.system_prompt = ns.system_prompt + '\\n\\n' + message['content'] %}")) {
+    join_system = true;
+  } else {
+    return false;
+  }
+  if (has(tmpl, "{{'<｜User｜>' + message['content']}}") &&
+      has(tmpl, "{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}")) {
+    think_prompt = has(tmpl, "{{'<｜Assistant｜><think>\\n'}}");
+  } else if (has(tmpl, "{{'<｜User｜>' + content + '<｜Assistant｜>'}}") &&
+             has(tmpl, "{{content + '<｜end▁of▁sentence｜>'}}") &&
+             has(tmpl, "add_generation_prompt and not ns.is_last_user")) {
+    assistant_after_user = true;
+  } else {
+    return false;
+  }
+  fmt.think_prompt = think_prompt;
+  fmt.join_system = join_system;
+  fmt.assistant_after_user = assistant_after_user;
+  return true;
 }
 
 void check_token_texts(const ChatFormat& fmt) {
@@ -214,6 +237,7 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
   ChatTemplate found = ChatTemplate::None;
   bool known = true;
   std::optional<MistralStyle> mistral;
+  ChatFormat r1;  // the DeepSeek-R1 revision's flags
   if (has(t, "<|im_start|>")) {
     found = ChatTemplate::ChatML;
   } else if (has(t, "<|start_header_id|>")) {
@@ -224,7 +248,7 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
     found = ChatTemplate::Mistral;
   } else if (has(t, "<|user|>") && !has(t, "<|end|>")) {
     found = ChatTemplate::Zephyr;
-  } else if (is_deepseek_r1(t)) {
+  } else if (deepseek_r1_revision(t, r1)) {
     found = ChatTemplate::DeepSeekR1;
   } else {
     known = false;
@@ -246,7 +270,11 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
     if (found == ChatTemplate::ChatML) fmt.default_system = chatml_default_system(t);
     if (found == ChatTemplate::Llama3) llama31_dates(t, fmt);
     if (found == ChatTemplate::Mistral) fmt.mistral = *mistral;
-    if (found == ChatTemplate::DeepSeekR1) fmt.think_prompt = has(t, "{{'<｜Assistant｜><think>\\n'}}");
+    if (found == ChatTemplate::DeepSeekR1) {
+      fmt.think_prompt = r1.think_prompt;
+      fmt.join_system = r1.join_system;
+      fmt.assistant_after_user = r1.assistant_after_user;
+    }
   }
   return fmt;
 }
@@ -360,10 +388,12 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       break;
     }
     case ChatTemplate::DeepSeekR1: {
-      std::string system;  // the last system message, wherever it stands
+      std::string system;  // the last system message, wherever it stands, or all of them joined
+      bool first_system = true;
       for (const ChatMessage& m : msgs) {
         if (m.role == "system") {
-          system = m.content;
+          system = fmt.join_system && !first_system ? system + "\n\n" + m.content : m.content;
+          first_system = false;
         } else if (m.role != "user" && m.role != "assistant") {
           throw ChatTemplateError("the deepseek-r1 chat format takes system, user and assistant messages, not '" +
                                   m.role + "'");
@@ -371,17 +401,23 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       }
       out += fmt.bos_text + system;
       const std::string think_end = "</think>";
+      const std::string assistant = "<｜Assistant｜>";
+      bool last_user = false;  // assistant_after_user: the last user message has opened the reply
       for (const ChatMessage& m : msgs) {
         if (m.role == "user") {
-          out += "<｜User｜>" + m.content;
+          out += "<｜User｜>" + m.content + (fmt.assistant_after_user ? assistant : "");
+          last_user = true;
         } else if (m.role == "assistant") {
           // The reply without its reasoning: what follows the last "</think>".
           const size_t k = m.content.rfind(think_end);
           const std::string reply = k == std::string::npos ? m.content : m.content.substr(k + think_end.size());
-          out += "<｜Assistant｜>" + reply + "<｜end▁of▁sentence｜>";
+          out += (fmt.assistant_after_user ? "" : assistant) + reply + "<｜end▁of▁sentence｜>";
+          last_user = false;
         }
       }
-      if (add_generation_prompt) out += fmt.think_prompt ? "<｜Assistant｜><think>\n" : "<｜Assistant｜>";
+      if (add_generation_prompt && !(fmt.assistant_after_user && last_user)) {
+        out += assistant + (fmt.think_prompt ? "<think>\n" : "");
+      }
       break;
     }
     case ChatTemplate::None:

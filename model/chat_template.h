@@ -3,7 +3,7 @@
 // model's own template. Only the formats of known model families are rendered (no Jinja
 // interpreter): ChatML (Qwen2, Qwen2.5, SmolLM2), Llama 3 (3.0, and 3.1/3.2/3.3 with their dated
 // system turn), Llama 2 chat, Mistral Instruct (v0.1, v0.2, Mixtral, v0.3, Nemo), Zephyr
-// (TinyLlama chat) and DeepSeek-R1 (its Qwen and Llama distills).
+// (TinyLlama chat) and DeepSeek-R1 (R1, R1-0528 and their Qwen and Llama distills).
 #pragma once
 
 #include <stdexcept>
@@ -57,9 +57,18 @@ struct ChatFormat {
   // for Llama 3.0, whose template has no such turn.
   std::string knowledge_date;  // "December 2023"
   std::string today_date;      // "26 Jul 2024"
-  // DeepSeek-R1: the generation prompt also opens the reasoning block ("<｜Assistant｜><think>\n"),
-  // as the later revision of the template writes it.
+  // DeepSeek-R1: what each revision of its template writes differently.
+  //  - think_prompt: the generation prompt also opens the reasoning block
+  //    ("<｜Assistant｜><think>\n"), as the later revisions of the R1 and distill templates write it;
+  //  - join_system: all system messages, in order, joined with "\n\n" (the later R1 template and
+  //    R1-0528's); otherwise only the last one (the distills' template);
+  //  - assistant_after_user: R1-0528's template writes "<｜Assistant｜>" after each user message
+  //    and each reply without it ("reply<｜end▁of▁sentence｜>"), and so writes the generation
+  //    prompt "<｜Assistant｜>" only where the last message that is not a system message is a
+  //    reply (or there is none).
   bool think_prompt = false;
+  bool join_system = false;
+  bool assistant_after_user = false;
 };
 
 // "chatml" | "llama3" | "llama2" | "mistral" | "zephyr" | "deepseek-r1" | "none"; throws
@@ -80,10 +89,21 @@ const char* chat_template_names();
 //            message ("loop.last and system_message"), no "[SYSTEM_PROMPT]", and the replies as
 //            those templates write them (other variants of the family are not recognised);
 //   Zephyr   "<|user|>" without "<|end|>" (Phi-3 writes <|end|> and is not recognised);
-//   DeepSeekR1 "<｜User｜>" (full-width bars) in the template of the R1 distills, which keeps the
-//            last system message and writes each reply as '<｜Assistant｜>' + content +
-//            '<｜end▁of▁sentence｜>'; think_prompt where its generation prompt is
-//            '<｜Assistant｜><think>\n' (the later revision).
+//   DeepSeekR1 "<｜User｜>" (full-width bars) in a template that removes the reasoning from each
+//            reply ("content.split('</think>')[-1]") and is one of these revisions:
+//            - the R1 distills' as first released: the last system message
+//              ("set ns.system_prompt = message['content']"), each reply as '<｜Assistant｜>' +
+//              content + '<｜end▁of▁sentence｜>', the generation prompt '<｜Assistant｜>';
+//            - their later revision: the same with the generation prompt '<｜Assistant｜><think>\n'
+//              (think_prompt);
+//            - DeepSeek-R1's later revision: that, with the system messages joined
+//              ("ns.system_prompt + '\n\n' + message['content']", join_system);
+//            - DeepSeek-R1-0528's and its Qwen3-8B distill's: the system messages joined,
+//              '<｜User｜>' + content + '<｜Assistant｜>', content + '<｜end▁of▁sentence｜>' and the
+//              generation prompt "if add_generation_prompt and not ns.is_last_user"
+//              (assistant_after_user).
+//            Other templates with "<｜User｜>" (DeepSeek-V3's, which keeps the reasoning) are not
+//            recognised.
 // With an empty template, ChatML when the vocabulary has <|im_start|>. A non-empty override_name
 // chooses the format instead; what the template says of that format (default system prompt,
 // dates, Mistral revision) is still taken from it when it is of that format. bos_text and
@@ -109,10 +129,13 @@ ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std
 //   Mistral  "<s>[INST] user [/INST]assistant</s>[INST] ..." in the style of fmt.mistral, also
 //            without a generation prompt;
 //   Zephyr   "<|role|>\ncontent</s>\n" per message;
-//   DeepSeekR1 "<｜begin▁of▁sentence｜>" + the last system message, then "<｜User｜>content" per user
-//            message and "<｜Assistant｜>reply<｜end▁of▁sentence｜>" per reply, where a reply loses
-//            everything up to its last "</think>"; the generation prompt is "<｜Assistant｜>", with
-//            "<think>\n" after it for think_prompt;
+//   DeepSeekR1 "<｜begin▁of▁sentence｜>" + the last system message (join_system: all of them joined
+//            with "\n\n"), then "<｜User｜>content" per user message and
+//            "<｜Assistant｜>reply<｜end▁of▁sentence｜>" per reply, where a reply loses everything up to
+//            its last "</think>"; the generation prompt is "<｜Assistant｜>", with "<think>\n" after
+//            it for think_prompt. With assistant_after_user, "<｜User｜>content<｜Assistant｜>" and
+//            "reply<｜end▁of▁sentence｜>", and the generation prompt "<｜Assistant｜>" only where the
+//            last message other than a system message is a reply (or there is none);
 //   None     the contents concatenated.
 // The default system prompt opens the conversation when its first message is not a system
 // message. add_generation_prompt appends the header of an assistant turn. Llama2 and Mistral

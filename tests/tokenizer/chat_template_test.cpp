@@ -3,8 +3,10 @@
 
 #include <cstdio>
 #include <ctime>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -422,7 +424,7 @@ TEST(ChatTemplate, DetectsDeepSeekR1) {
   EXPECT_TRUE(later.think_prompt);
   EXPECT_TRUE(detect_chat_format(deepseek_r1_think_template(), false, "deepseek-r1").think_prompt);
   EXPECT_FALSE(detect_chat_format(kZephyrTemplate, false, "deepseek-r1").think_prompt);
-  // A template that joins the system messages renders otherwise.
+  // A template that writes the system messages otherwise is not recognised.
   std::string joined = kDeepSeekR1Template;
   const std::string keep_last = "{% set ns.system_prompt = message['content'] %}";
   joined.replace(joined.find(keep_last), keep_last.size(),
@@ -464,6 +466,103 @@ TEST(ChatTemplate, RenderDeepSeekR1) {
   f.bos_text.clear();
   msg = error_of([&] { render_chat(f, {{"user", "A"}}, true); });
   EXPECT_NE(msg.find("the deepseek-r1 chat format writes the BOS token as text"), std::string::npos) << msg;
+}
+
+// The chat_template of each DeepSeek-R1 revision, as its tokenizer_config.json holds it (the file
+// ends with a newline that the JSON string does not have).
+std::string r1_template(const std::string& name) {
+  const std::string path = std::string(TLLM_SOURCE_DIR) + "/tests/tokenizer/data/deepseek-r1/" + name + ".jinja";
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in) << path;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  return text;
+}
+
+TEST(ChatTemplate, DetectsDeepSeekR1Revisions) {
+  struct Revision {
+    const char* file;
+    bool think_prompt, join_system, assistant_after_user;
+  };
+  for (const Revision& r : {Revision{"r1-distill", false, false, false},  // first release
+                            Revision{"r1-distill-think", true, false, false}, Revision{"r1", true, true, false},
+                            Revision{"r1-0528", false, true, true}, Revision{"r1-0528-qwen3-8b", false, true, true}}) {
+    SCOPED_TRACE(r.file);
+    const std::string tmpl = r1_template(r.file);
+    for (const char* override_name : {"", "deepseek-r1"}) {
+      const ChatFormat f = detect_chat_format(tmpl, false, override_name);
+      EXPECT_EQ(f.kind, ChatTemplate::DeepSeekR1);
+      EXPECT_EQ(f.think_prompt, r.think_prompt);
+      EXPECT_EQ(f.join_system, r.join_system);
+      EXPECT_EQ(f.assistant_after_user, r.assistant_after_user);
+    }
+  }
+  // The same templates with a fragment that renders otherwise are not recognised: replies that keep
+  // their reasoning (as DeepSeek-V3's template writes them), system messages joined with a space.
+  auto without = [](std::string t, const std::string& what, const std::string& with) {
+    const size_t k = t.find(what);
+    EXPECT_NE(k, std::string::npos) << what;
+    return k == std::string::npos ? t : t.replace(k, what.size(), with);
+  };
+  const std::string keeps_reasoning =
+      without(r1_template("r1-0528"), "{% set content = content.split('</think>')[-1] %}", "");
+  const std::string space_joined =
+      without(r1_template("r1"), "ns.system_prompt + '\\n\\n' +", "ns.system_prompt + ' ' +");
+  for (const std::string& t : {keeps_reasoning, space_joined}) {
+    const std::string msg = error_of([&] { detect_chat_format(t, false, ""); });
+    EXPECT_NE(msg.find("unknown chat template"), std::string::npos) << msg;
+  }
+}
+
+// Expected strings from the templates of DeepSeek-R1 (later revision), R1-0528 and
+// R1-0528-Qwen3-8B rendered by jinja2 as Hugging Face renders them.
+TEST(ChatTemplate, RenderDeepSeekR1Revisions) {
+  const std::string bos = "<｜begin▁of▁sentence｜>";
+  const std::vector<ChatMessage> systems = {{"system", "S1"}, {"user", "你好"}, {"system", "S2"}};
+  const std::vector<ChatMessage> turns = {{"system", "Be brief."},
+                                          {"user", "1+1?"},
+                                          {"assistant", "<think>\nadd\n</think>\n\n2"},
+                                          {"user", "2+2?"}};
+  const std::vector<ChatMessage> reply_last = {{"user", "1+1?"}, {"assistant", "x</think>y</think> z "}};
+  const std::vector<ChatMessage> user_then_system = {{"user", "Q"}, {"system", "late"}};
+
+  ChatFormat r1 = detect_chat_format(r1_template("r1"), false, "");
+  r1.bos_text = bos;
+  EXPECT_EQ(render_chat(r1, systems, true), bos + "S1\n\nS2<｜User｜>你好<｜Assistant｜><think>\n");
+  EXPECT_EQ(render_chat(r1, systems, false), bos + "S1\n\nS2<｜User｜>你好");
+  EXPECT_EQ(render_chat(r1, turns, true), bos +
+                                              "Be brief.<｜User｜>1+1?<｜Assistant｜>\n\n2<｜end▁of▁sentence｜>"
+                                              "<｜User｜>2+2?<｜Assistant｜><think>\n");
+  EXPECT_EQ(render_chat(r1, reply_last, true),
+            bos + "<｜User｜>1+1?<｜Assistant｜> z <｜end▁of▁sentence｜><｜Assistant｜><think>\n");
+  EXPECT_EQ(render_chat(r1, {}, true), bos + "<｜Assistant｜><think>\n");
+  EXPECT_EQ(render_chat(r1, user_then_system, true), bos + "late<｜User｜>Q<｜Assistant｜><think>\n");
+
+  for (const char* file : {"r1-0528", "r1-0528-qwen3-8b"}) {
+    SCOPED_TRACE(file);
+    ChatFormat f = detect_chat_format(r1_template(file), false, "");
+    f.bos_text = bos;
+    // "<｜Assistant｜>" follows each user message, with or without the generation prompt, which is
+    // written only where a reply (or nothing) comes last.
+    EXPECT_EQ(render_chat(f, systems, true), bos + "S1\n\nS2<｜User｜>你好<｜Assistant｜>");
+    EXPECT_EQ(render_chat(f, systems, false), bos + "S1\n\nS2<｜User｜>你好<｜Assistant｜>");
+    const std::string two_turns =
+        bos + "Be brief.<｜User｜>1+1?<｜Assistant｜>\n\n2<｜end▁of▁sentence｜><｜User｜>2+2?<｜Assistant｜>";
+    EXPECT_EQ(render_chat(f, turns, true), two_turns);
+    EXPECT_EQ(render_chat(f, turns, false), two_turns);
+    EXPECT_EQ(render_chat(f, reply_last, true),
+              bos + "<｜User｜>1+1?<｜Assistant｜> z <｜end▁of▁sentence｜><｜Assistant｜>");
+    EXPECT_EQ(render_chat(f, reply_last, false), bos + "<｜User｜>1+1?<｜Assistant｜> z <｜end▁of▁sentence｜>");
+    EXPECT_EQ(render_chat(f, {}, true), bos + "<｜Assistant｜>");
+    EXPECT_EQ(render_chat(f, {}, false), bos);
+    EXPECT_EQ(render_chat(f, user_then_system, true), bos + "late<｜User｜>Q<｜Assistant｜>");
+    const std::string msg = error_of([&] { render_chat(f, {{"user", "A"}, {"tool", "B"}}, true); });
+    EXPECT_NE(msg.find("the deepseek-r1 chat format takes system, user and assistant messages, not 'tool'"),
+              std::string::npos)
+        << msg;
+  }
 }
 
 TEST(ChatTemplate, RenderZephyr) {
