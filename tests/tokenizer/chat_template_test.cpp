@@ -468,8 +468,8 @@ TEST(ChatTemplate, RenderDeepSeekR1) {
   EXPECT_NE(msg.find("the deepseek-r1 chat format writes the BOS token as text"), std::string::npos) << msg;
 }
 
-// The chat_template of each DeepSeek-R1 revision, as its tokenizer_config.json holds it (the file
-// ends with a newline that the JSON string does not have).
+// The chat_template of each DeepSeek-R1 revision (data/deepseek-r1/README.md says where each text
+// comes from; the file ends with a newline that the JSON string does not have).
 std::string r1_template(const std::string& name) {
   const std::string path = std::string(TLLM_SOURCE_DIR) + "/tests/tokenizer/data/deepseek-r1/" + name + ".jinja";
   std::ifstream in(path, std::ios::binary);
