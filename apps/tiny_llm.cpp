@@ -413,6 +413,7 @@ int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const st
                   : preset == "tiny-llama2" ? tiny_llama2_test_model()
                   : preset == "tiny-llama3" ? tiny_llama3_test_model()
                   : preset == "tiny-nemo"   ? tiny_nemo_test_model()
+                  : preset == "llama3.2-1b" ? llama32_1b_q4km()
                                             : qwen25_05b_q4km();
   if (seed_given) c.seed = seed;
   set_synth_weights(c, weights);
@@ -484,12 +485,13 @@ int main_body(int argc, char** argv) {
   s->add_option("--tokenizer-dir", synth_tok, "folder with a Hugging Face vocab.json + merges.txt to embed")
       ->check(CLI::ExistingDirectory);
   s->add_option("--preset", synth_preset,
-                "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), tiny, tiny-llama, tiny-llama2 (with "
+                "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), llama3.2-1b (Llama-3.2-1B-Instruct "
+                "Q4_K_M, with a byte-level vocabulary), tiny, tiny-llama, tiny-llama2 (with "
                 "a SentencePiece vocabulary and the Llama 2 chat template), tiny-llama3 (with Llama 3.1's "
                 "rope scaling), tiny-nemo (heads of head_dim 128 from attention.key_length, "
                 "not n_embd / n_head, as Mistral-Nemo's)")
       ->check(CLI::IsMember(
-          {"qwen2.5-0.5b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3", "tiny-nemo"}));
+          {"qwen2.5-0.5b", "llama3.2-1b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3", "tiny-nemo"}));
   s->add_option("--weights", synth_weights,
                 "how the weight matrices are stored (norm weights and biases stay f32): q4_k_m, llama.cpp's "
                 "mix (q4_k; q6_k for attn_v and ffn_down in some layers and for the output), or one type "

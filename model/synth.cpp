@@ -458,18 +458,17 @@ SynthConfig tiny_llama2_test_model() {
   return c;
 }
 
-SynthConfig tiny_llama3_test_model() {
-  SynthConfig c = tiny_llama_test_model();
-  c.name = "Synthetic tiny llama 3";
-  c.rope_theta = 500000.0f;
-  c.weight_std = 0.1f;  // attention scores of a few units, so that how q and k turn shows in the logits
-  // Pair j keeps its frequency where its wavelength is under original/4 positions, is slowed 8 times
-  // where it is over original, and is interpolated between (the smooth ramp of Llama 3.1's
-  // scaling). Llama 3.1 has original = 8192; 64 here puts the ramp where a test's positions turn.
-  const double factor = 8, low = 1, high = 4, original = 64, pi = 3.14159265358979323846;
-  const int head_dim = c.head_width();
+namespace {
+
+// Llama 3.1's rope scaling as its converter writes rope_freqs.weight: pair j keeps its frequency
+// where its wavelength is under original/high positions, is slowed `factor` times where it is over
+// original/low, and is interpolated between (a smooth ramp).
+std::vector<float> llama3_rope_freqs(int head_dim, float theta, double factor, double low, double high,
+                                     double original) {
+  const double pi = 3.14159265358979323846;
+  std::vector<float> freqs;
   for (int j = 0; j < head_dim / 2; ++j) {
-    const double wavelength = 2 * pi / std::pow(double(c.rope_theta), -2.0 * j / head_dim);
+    const double wavelength = 2 * pi / std::pow(double(theta), -2.0 * j / head_dim);
     double f = 1;
     if (wavelength > original / low) {
       f = factor;
@@ -477,8 +476,38 @@ SynthConfig tiny_llama3_test_model() {
       const double smooth = (original / wavelength - low) / (high - low);
       f = 1 / ((1 - smooth) / factor + smooth);
     }
-    c.rope_freqs.push_back(float(f));
+    freqs.push_back(float(f));
   }
+  return freqs;
+}
+
+}  // namespace
+
+SynthConfig tiny_llama3_test_model() {
+  SynthConfig c = tiny_llama_test_model();
+  c.name = "Synthetic tiny llama 3";
+  c.rope_theta = 500000.0f;
+  c.weight_std = 0.1f;  // attention scores of a few units, so that how q and k turn shows in the logits
+  // Llama 3.1 has factor 8 and original = 8192; 64 here puts the ramp where a test's positions turn.
+  c.rope_freqs = llama3_rope_freqs(c.head_width(), c.rope_theta, 8, 1, 4, 64);
+  return c;
+}
+
+SynthConfig llama32_1b_q4km() {
+  SynthConfig c;
+  c.arch = "llama";
+  c.name = "Synthetic Llama 3.2 1B Instruct";
+  c.n_layer = 16;
+  c.n_embd = 2048;
+  c.n_ff = 8192;
+  c.n_head = 32;
+  c.n_head_kv = 8;
+  c.n_vocab = 128256;
+  c.n_ctx = 131072;
+  c.rope_theta = 500000.0f;
+  c.rms_eps = 1e-5f;
+  c.qkv_bias = false;
+  c.rope_freqs = llama3_rope_freqs(c.head_width(), c.rope_theta, 32, 1, 4, 8192);
   return c;
 }
 

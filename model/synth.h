@@ -97,6 +97,11 @@ void set_synth_weights(SynthConfig& c, const std::string& name);
 // Qwen2.5-0.5B-Instruct Q4_K_M: 24 layers, n_embd 896, n_ff 4864, 14 heads / 2 KV heads
 // (head_dim 64), n_vocab 151936, tied embeddings, q/k/v biases; 290 tensors, about 400 MB.
 SynthConfig qwen25_05b_q4km();
+// Llama-3.2-1B-Instruct Q4_K_M: arch llama, 16 layers, n_embd 2048, n_ff 8192, 32 heads / 8 KV
+// heads (head_dim 64), n_vocab 128256, tied embeddings, no biases, rope_theta 500000 with Llama
+// 3.2's rope scaling (factor 32, original context 8192); 147 tensors, about 0.8 GB. Its vocabulary
+// is byte-level like the Qwen model's, not Llama 3's.
+SynthConfig llama32_1b_q4km();
 // A qwen2 model small enough for unit tests with the same tensor-type mix as the benchmark model:
 // 2 layers (layer 0 plain, layer 1 "more bits"), n_embd 64, n_ff 256, 4 heads / 2 KV heads
 // (head_dim 16), byte-level vocabulary of 272 tokens, n_ctx 256.

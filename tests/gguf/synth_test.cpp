@@ -73,6 +73,44 @@ TEST(Synth, BenchmarkConfigDeclaresTheQwen25Q4KMTensors) {
   EXPECT_LT(bytes, size_t(400) * 1000 * 1000);
 }
 
+// The llama3.2-1b preset: Llama-3.2-1B-Instruct's shapes, Q4_K_M's types (Q4_K, Q6_K for attn_v
+// and ffn_down in the layers that get more bits and for the tied embeddings) and Llama 3.2's rope
+// scaling, 147 tensors as in the real file.
+TEST(Synth, LlamaBenchmarkConfigDeclaresItsTensors) {
+  const SynthConfig c = llama32_1b_q4km();
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.head_width(), 64);
+  EXPECT_EQ(c.n_head / c.n_head_kv, 4);
+  ASSERT_EQ(c.rope_freqs.size(), 32u);
+  EXPECT_EQ(c.rope_freqs.front(), 1.0f);
+  EXPECT_EQ(c.rope_freqs.back(), 32.0f);
+  const std::set<int> more_bits = {0, 1, 4, 7, 10, 13, 14, 15};
+  const std::vector<SynthTensor> ts = synth_tensors(c);
+  ASSERT_EQ(ts.size(), 147u);
+  size_t bytes = 0;
+  for (const SynthTensor& t : ts) {
+    int64_t bv = 0, bb = 0;
+    ggml_type_block(t.type, &bv, &bb);
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    bytes += size_t(n / bv * bb);
+    const size_t dot = t.name.find('.', 4);
+    const bool more = t.name.rfind("blk.", 0) == 0 && more_bits.count(std::stoi(t.name.substr(4, dot - 4))) > 0;
+    GgmlType want = GgmlType::F32;
+    if (t.name == "token_embd.weight") {
+      want = GgmlType::Q6_K;
+    } else if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("ffn_down.weight") != std::string::npos) {
+      want = more ? GgmlType::Q6_K : GgmlType::Q4_K;
+    } else if (t.dims.size() == 2) {
+      want = GgmlType::Q4_K;
+    }
+    EXPECT_EQ(t.type, want) << t.name << " is " << ggml_type_name(t.type);
+  }
+  // The real file holds 808 MB (its tokenizer included).
+  EXPECT_GT(bytes, size_t(750) * 1000 * 1000);
+  EXPECT_LT(bytes, size_t(810) * 1000 * 1000);
+}
+
 TEST(Synth, OtherMixesAndTheLlamaLayout) {
   SynthConfig c = tiny_test_model();
   c.mix = SynthMix::Uniform;
