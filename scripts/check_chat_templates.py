@@ -7,13 +7,13 @@ e.g. python3 -m venv /tmp/venv-chat && /tmp/venv-chat/bin/pip install jinja2):
         [--tokenizer-test ./build/tests/tokenizer_test] [--count N] [--seed S]
 
 TEMPLATE defaults to every tests/tokenizer/data/deepseek-r1/*.jinja: the chat_template of each
-DeepSeek-R1 revision, as its tokenizer_config.json holds it (r1-distill: the R1 distills' as first
-released; r1-distill-think: their later revision; r1: DeepSeek-R1's later revision; r1-0528 and
-r1-0528-qwen3-8b: DeepSeek-R1-0528's and its Qwen3-8B distill's). Each template is rendered by
-jinja2 the way Hugging Face's apply_chat_template renders it (a sandboxed environment with
-trim_blocks and lstrip_blocks, the loopcontrols extension, raise_exception; messages,
-add_generation_prompt, bos_token and eos_token as arguments), with and without the generation
-prompt, on a fixed set of conversations and N random ones of system,
+DeepSeek-R1 revision (the README there says where each text comes from; r1-distill: the R1
+distills' as first released; r1-distill-think: their later revision; r1: DeepSeek-R1's later
+revision; r1-0528 and r1-0528-qwen3-8b: DeepSeek-R1-0528's and its Qwen3-8B distill's). Each
+template is rendered by jinja2 the way Hugging Face's apply_chat_template renders it (a sandboxed
+environment with trim_blocks and lstrip_blocks, the loopcontrols extension, raise_exception;
+messages, add_generation_prompt, bos_token and eos_token as arguments), with and without the
+generation prompt, on a fixed set of conversations and N random ones of system,
 user and assistant messages (contents with and without reasoning blocks, several "</think>",
 empty, multi-line and non-ASCII text, special-token text). The same templates and conversations
 go to tokenizer_test (ChatTemplateJinja.RenderCasesFromScript), which detects the format from each
