@@ -508,9 +508,10 @@ TEST_P(WideHeadsTest, RunOrAreRefusedAtLoad) {
   c.n_head = 2;
   c.n_head_kv = 1;
   c.head_dim = 256;
-  const fs::path path = fs::path(TLLM_BINARY_DIR) / "tests" / "model-test-wide-heads.gguf";
+  // One file per backend: the cpu and cuda runs of model_test may run at once.
+  const fs::path path = fs::path(TLLM_BINARY_DIR) / "tests" / ("model-test-wide-heads-" + GetParam() + ".gguf");
   fs::create_directories(path.parent_path());
-  if (!fs::exists(path)) write_synth_model(c, path.string(), {});
+  write_synth_model(c, path.string(), {});
   const int widest = create_backend(GetParam())->max_head_dim();
   if (widest >= c.head_dim) {
     Loaded l = load(path.string(), GetParam(), 64, 16);
