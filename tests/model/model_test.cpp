@@ -10,6 +10,8 @@
 #include <map>
 #include <set>
 
+#include <unistd.h>
+
 #include "model/generator.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -51,7 +53,12 @@ std::string synth_file(const std::string& preset) {
                   : preset == "nemo"         ? tiny_nemo_test_model()
                   : preset == "narrow_heads" ? narrow_heads_test_model()
                                              : qwen25_05b_q4km();
-  write_synth_model(c, path.string(), {});
+  // Written under a name of this process's own, then renamed into place: the cpu and cuda runs of
+  // model_test, which ctest may start at once, both write these files, and neither may read the
+  // other's half-written one.
+  const fs::path part = path.string() + "." + std::to_string(::getpid()) + ".part";
+  write_synth_model(c, part.string(), {});
+  fs::rename(part, path);
   return made[preset] = path.string();
 }
 
