@@ -39,6 +39,16 @@ SynthConfig narrow_heads_test_model() {
   return c;
 }
 
+// Heads of 256, the widest a model may have (tiny_nemo_test_model with 2/1 heads of 256).
+SynthConfig wide_heads_test_model() {
+  SynthConfig c = tiny_nemo_test_model();
+  c.name = "Synthetic tiny llama with heads of 256";
+  c.n_head = 2;
+  c.n_head_kv = 1;
+  c.head_dim = 256;
+  return c;
+}
+
 // Synthetic model files are written once per test run into the build tree.
 std::string synth_file(const std::string& preset) {
   static std::map<std::string, std::string> made;
@@ -52,6 +62,7 @@ std::string synth_file(const std::string& preset) {
                   : preset == "llama3"       ? tiny_llama3_test_model()
                   : preset == "nemo"         ? tiny_nemo_test_model()
                   : preset == "narrow_heads" ? narrow_heads_test_model()
+                  : preset == "wide_heads"   ? wide_heads_test_model()
                                              : qwen25_05b_q4km();
   // Written under a name of this process's own, then renamed into place: the cpu and cuda runs of
   // model_test, which ctest may start at once, both write these files, and neither may read the
@@ -510,25 +521,17 @@ class WideHeadsTest : public ::testing::TestWithParam<std::string> {
 };
 
 TEST_P(WideHeadsTest, RunOrAreRefusedAtLoad) {
-  SynthConfig c = tiny_nemo_test_model();
-  c.name = "Synthetic tiny llama with heads of 256";
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.head_dim = 256;
-  // One file per backend: the cpu and cuda runs of model_test may run at once.
-  const fs::path path = fs::path(TLLM_BINARY_DIR) / "tests" / ("model-test-wide-heads-" + GetParam() + ".gguf");
-  fs::create_directories(path.parent_path());
-  write_synth_model(c, path.string(), {});
+  const std::string path = synth_file("wide_heads");
   const int widest = create_backend(GetParam())->max_head_dim();
-  if (widest >= c.head_dim) {
-    Loaded l = load(path.string(), GetParam(), 64, 16);
+  if (widest >= wide_heads_test_model().head_dim) {
+    Loaded l = load(path, GetParam(), 64, 16);
     const auto toks = test_prompt(12, l.model->config().n_vocab);
     const std::vector<float> logits = all_logits(*l.model, toks);
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
     return;
   }
   try {
-    load(path.string(), GetParam(), 64, 16);
+    load(path, GetParam(), 64, 16);
     FAIL() << "a model with heads of 256 loaded on a backend that takes at most " << widest;
   } catch (const BackendError& e) {
     const std::string what = e.what();
