@@ -382,6 +382,10 @@ def print_table(results):
         if res["vs_ref"]:
             print("  ref: llama.cpp on a dequantised f32 copy of this file, f32 KV cache; logit RMS is the"
                   " second's")
+            for name, ref in res["vs_ref"].items():
+                t, l = ref["tiny_llm"]["rel_rms_diff"], ref["llama_cpp"]["rel_rms_diff"]
+                print(f"  {name}: tiny-llm's RMS distance to ref is {t / l:.3f} x llama.cpp's"
+                      f" (fails above {REF_RATIO_MAX})")
         g = res["greedy"]
         if g["first_divergence"] is None:
             line = f"all {g['generated']} tokens agree"
