@@ -5,8 +5,10 @@
 // set less by bandwidth than by how early the weights are requested, so the kernels are shaped to
 // have the weights in flight before the previous kernel has finished:
 //   w8a16_matmul_m1  W8 weights. A warp owns one output row (two weight rows with SwiGLU: gate row j
-//                    and up row j + n/2, which share every x read); each lane reads 16-byte vectors of
-//                    16 int8 weights, so one load of a warp covers 512 contiguous bytes of a row. Long
+//                    and up row j + n/2, which share every x read; the same two rows of a plain matrix
+//                    large for the GPU, w8a16_matmul_m1_two_rows, see two_rows_a_warp); each lane
+//                    reads 16-byte vectors of 16 int8 weights, so one load of a warp covers 512
+//                    contiguous bytes of a row. Long
 //                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
 //                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 4 warps per row). A
 //                    launch takes as many warps (64 registers each) as fit on the GPU at once, up to
@@ -64,6 +66,7 @@
 // name carries its fusions (w8a16_matmul_m1_rmsnorm_rope, _rmsnorm_swiglu, fp16_matmul_m1_rmsnorm,
 // ...), so that a profiler's filter on "rmsnorm" or "rope" finds them.
 #include <algorithm>
+#include <vector>
 
 #include "backends/cuda/matmul_common.cuh"
 
@@ -310,14 +313,15 @@ __device__ __forceinline__ void gemv_accumulate(const GemvArgs& a, const float4*
 // The values the epilogue of a row adds (bias, and y when accumulating), requested when the row
 // starts so that they arrive while it is computed; the first row's bias, which no kernel writes,
 // before the dependency wait. Only the writing thread loads them.
-template <int kRows>
+// kY: the rows whose y is accumulated into, 1, or 2 for w8a16_matmul_m1_two_rows.
+template <int kRows, int kY = 1>
 struct GemvEpilogueInputs {
   float bias[kRows];
-  float y;
+  float y[kY];
 };
 
-template <int kRows>
-__device__ __forceinline__ void gemv_epilogue_bias(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
+template <int kRows, int kY>
+__device__ __forceinline__ void gemv_epilogue_bias(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows, kY>& e) {
   const bool mine = writer && row < a.rows;
 #pragma unroll
   for (int p = 0; p < kRows; ++p) {
@@ -327,15 +331,21 @@ __device__ __forceinline__ void gemv_epilogue_bias(const GemvArgs& a, int row, b
 }
 
 // The y a row accumulates into: written by an earlier kernel, so read after the dependency wait.
-template <int kRows>
-__device__ __forceinline__ void gemv_epilogue_y(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
-  e.y = kRows == 1 && writer && row < a.rows && a.accumulate ? a.y[row] : 0.f;
+template <int kRows, int kY>
+__device__ __forceinline__ void gemv_epilogue_y(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows, kY>& e) {
+  if constexpr (kY == 2) {
+    const bool mine = writer && row < a.rows && a.accumulate;
+    e.y[0] = mine ? a.y[row] : 0.f;
+    e.y[1] = mine ? a.y[row + a.pair_offset] : 0.f;
+  } else {
+    e.y[0] = kRows == 1 && writer && row < a.rows && a.accumulate ? a.y[row] : 0.f;
+  }
 }
 
-template <int kRows>
-__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows>& e) {
-  gemv_epilogue_bias<kRows>(a, row, writer, e);
-  gemv_epilogue_y<kRows>(a, row, writer, e);
+template <int kRows, int kY>
+__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows, kY>& e) {
+  gemv_epilogue_bias(a, row, writer, e);
+  gemv_epilogue_y(a, row, writer, e);
 }
 
 // Adds up a row's sums (lanes, then slices in order) into the value of its warp's lane 0 (of slice
@@ -365,15 +375,23 @@ __device__ __forceinline__ void gemv_reduce(const GemvArgs& a, int warp, int sli
 
 // Writes a row's output: y (+ bias, + y when accumulating), or the SwiGLU value; offers y to the
 // argmax epilogue's candidate.
-template <int kRows>
+template <int kRows, int kY>
 __device__ __forceinline__ void gemv_write(const GemvArgs& a, int row, const float (&v)[kRows],
-                                           const GemvEpilogueInputs<kRows>& e, ArgmaxCandidate& best) {
+                                           const GemvEpilogueInputs<kRows, kY>& e, ArgmaxCandidate& best) {
   if (row >= a.rows) return;
   if constexpr (kRows == 1) {
     const float r = v[0] + e.bias[0];
-    const float out = a.accumulate ? e.y + r : r;
+    const float out = a.accumulate ? e.y[0] + r : r;
     a.y[row] = out;
     best.offer(out, row);
+  } else if constexpr (kY == 2) {  // two plain rows: row and row + n/2
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      const int r = row + p * a.pair_offset;
+      const float out = a.accumulate ? e.y[p] + (v[p] + e.bias[p]) : v[p] + e.bias[p];
+      a.y[r] = out;
+      best.offer(out, r);
+    }
   } else {
 #pragma unroll
     for (int q = 0; q < kRows / 2; ++q) {
@@ -426,9 +444,9 @@ constexpr int kNarrowStageBatch = 3;
 // several rows or batches always has weights in flight; variants that hold more than 4 vectors per
 // lane (down: one row per warp, all of it in one batch) need no second set. kTwoPairs (SwiGLU, blocks
 // of kTwoPairWarps warps, one slice): a warp owns output rows j and j + kTwoPairWarps.
-template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm, bool kTwoPairs = false>
+template <bool kW8, bool kPair, int kBatch, bool kRope, bool kNorm, bool kTwoPairs = false, bool kTwoRows = false>
 __device__ __forceinline__ void gemv(const GemvArgs& a) {
-  constexpr int kRows = kPair ? (kTwoPairs ? 4 : 2) : 1;
+  constexpr int kRows = kPair ? (kTwoPairs ? 4 : 2) : kTwoRows ? 2 : 1;
   constexpr bool kNarrow = kGemvNarrow<kW8, kPair, kBatch, kRope, kNorm>;
   constexpr bool kPrefetch = kRows * kBatch <= 4 && !kNarrow;
   extern __shared__ float4 xs[];  // (chunks · V / 4) units, see x_unit
@@ -458,14 +476,14 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
     freq = rope_frequency(pair % half, a.rope.head_dim, a.rope.theta, a.rope.freq_factors);
   }
   const bool writer = slice == 0 && lane == 0;
-  GemvEpilogueInputs<kRows> epi;
-  gemv_epilogue_bias<kRows>(a, row, writer, epi);
+  GemvEpilogueInputs<kRows, kTwoRows ? 2 : 1> epi;
+  gemv_epilogue_bias(a, row, writer, epi);
   NormWeights nw;
   load_norm_weights<kNorm>(a, nw);
   grid_dependency_wait();
   allow_dependent_launch();
   const int pos = kRope && threadIdx.x < kRopePairs ? *a.rope.pos : 0;
-  gemv_epilogue_y<kRows>(a, row, writer, epi);  // in flight while x is staged
+  gemv_epilogue_y(a, row, writer, epi);  // in flight while x is staged
   stage_x<kW8, kNorm, kNarrow ? kNarrowStageBatch : kStageBatch>(a, nw, XUnitStore<kW8>{xs});
   __syncthreads();
 
@@ -496,13 +514,13 @@ __device__ __forceinline__ void gemv(const GemvArgs& a) {
       __syncthreads();
       gemv_rope_write(a, rope_vals, freq, pos);
     } else if (writer) {
-      gemv_write<kRows>(a, row, v, epi, best);
+      gemv_write(a, row, v, epi, best);
     }
     batch = 0;
     row += row_step;
 #pragma unroll
     for (int p = 0; p < kRows; ++p) acc[p] = 0.f;
-    if (it + 1 < total) gemv_epilogue_inputs<kRows>(a, row, writer, epi);
+    if (it + 1 < total) gemv_epilogue_inputs(a, row, writer, epi);
   }
   if constexpr (!kPair && !kRope) {
     if (a.argmax) {
@@ -541,6 +559,13 @@ TLLM_GEMV_KERNELS(_rmsnorm_rope, false, true, true, TLLM_GEMV_BOUNDS)
 // CudaBackend::matmul_m1_kernel.
 __global__ void __maxnreg__(80) w8a16_matmul_m1_rmsnorm_swiglu_x2(const GemvArgs a) {
   gemv<true, true, 2, false, true, /*kTwoPairs=*/true>(a);
+}
+// A plain W8 GEMV with two rows a warp (rows j and j + n/2), for matrices large enough that reading
+// x from shared memory, once per row, costs more than the time the next kernel has to start: see
+// two_rows_a_warp. Batches of 2 vectors per lane and row with a second set in flight; 64 registers
+// (ptxas spills 12 bytes).
+__global__ void __launch_bounds__(32 * kGemvMaxWarps, 1) w8a16_matmul_m1_two_rows(const GemvArgs a) {
+  gemv<true, false, 2, false, false, false, /*kTwoRows=*/true>(a);
 }
 #undef TLLM_GEMV_BOUNDS
 #undef TLLM_GEMV_PLAIN_BOUNDS
@@ -663,8 +688,8 @@ __device__ __forceinline__ void int8_form_gemv(const GemvArgs& a) {
         for (int h = 0; h < 2; ++h) {
           const int row = kI8fTileRows * rb + g + 8 * h;
           GemvEpilogueInputs<1> epi;
-          gemv_epilogue_inputs<1>(a, row, true, epi);
-          gemv_write<1>(a, row, {c[2 * h]}, epi, best);
+          gemv_epilogue_inputs(a, row, true, epi);
+          gemv_write(a, row, {c[2 * h]}, epi, best);
         }
       }
       c[0] = c[1] = c[2] = c[3] = 0.f;
@@ -731,16 +756,21 @@ struct GemvPlan {
   int warps = 8;   // per block
 };
 
-// max_warps: the warps of the kernel the GPU holds at once.
-GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t max_warps) {
+// max_warps: the warps of the kernel the GPU holds at once. two_rows: a warp owns two weight rows
+// (a SwiGLU pair, or the two rows of w8a16_matmul_m1_two_rows).
+GemvPlan gemv_plan(int rows, int chunks, bool two_rows, int64_t max_warps) {
   GemvPlan p;
-  // Long rows are split over several warps while each lane keeps at least two vectors of the row
-  // and the rows still fit the GPU: ffn_down (896 rows of 304 vectors) gets 4 warps per row and
-  // has all its weights in flight at once.
-  while (p.slices < 8 && chunks >= 2 * 32 * (2 * p.slices) && int64_t(rows) * (2 * p.slices) <= max_warps)
+  // Rows longer than one batch of 4 vectors a lane are split over several warps while the rows
+  // still fit the GPU: ffn_down (896 rows of 304 vectors) gets 4 warps per row and has all its
+  // weights in flight at once. Rows of at most 4 vectors a lane stay whole: Llama-3.2-1B's
+  // attn_out (2,048 rows of 128 vectors) in 24-warp blocks, 1,261 tok/s on an H100 against 1,231
+  // split over 2 warps in 8-warp blocks (the 2026-12-07 Llama-shape report).
+  while (p.slices < 8 && chunks > 4 * 32 * p.slices && int64_t(rows) * (2 * p.slices) <= max_warps)
     p.slices *= 2;
   const int64_t per_lane = ceil_div(chunks, 32 * p.slices);
-  p.batch = per_lane <= 2 ? 2 : per_lane <= 4 || pair ? 4 : 8;
+  // Two rows a warp take batches of 2 with the next batch in flight (kPrefetch) rather than 4
+  // without: Llama-3.2-1B's ffn_gate_up (4 vectors a lane) 1,291 against 1,231 tok/s on an H100.
+  p.batch = two_rows || per_lane <= 2 ? 2 : per_lane <= 4 ? 4 : 8;
   // Block size, measured on an H200 (decode tok/s against 8 warps everywhere: 1,965). A matrix with
   // rows for at least half the GPU's warps (ffn_gate_up, the lm_head) takes 8-warp blocks, four per
   // multiprocessor. One with fewer runs in larger blocks on fewer multiprocessors, which leaves the
@@ -750,6 +780,21 @@ GemvPlan gemv_plan(int rows, int chunks, bool pair, int64_t max_warps) {
   // ffn_down, which leave no room for the next kernel, lose (1,830 and 1,765).
   if (int64_t(rows) < max_warps / 2) p.warps = p.slices > 1 ? 4 * p.slices : 24;
   return p;
+}
+
+// Whether a plain W8 GEMV takes two rows a warp (w8a16_matmul_m1_two_rows): where the GPU's
+// multiprocessors each have at least kTwoRowsWeights weights to multiply. Every weight reads its x
+// value from shared memory (4 bytes per int8 weight, at 128 bytes a cycle: about 1 µs for 64 Ki
+// weights on a multiprocessor), after the dependency wait; a warp with two rows reads each x value
+// once for both, and a block stages x for twice the rows. Llama-3.2-1B's ffn_down (2,048 × 8,192:
+// 127 Ki weights a multiprocessor) decodes 1,319.5 against 1,232 tok/s on an H100 (ffn_down 7.7
+// against 11.6 µs in the chain); the benchmarked model's ffn_down (896 × 4,864: 33 Ki) lost with
+// it, 2,183–2,198 against 2,316–2,327 tok/s, and keeps one row a warp.
+constexpr int64_t kTwoRowsWeights = int64_t(1) << 16;
+
+bool two_rows_a_warp(const MatmulDesc& d, const CudaMatrix& w, int sm_count) {
+  return w.type() == WeightType::W8 && w.w8_layout() && !w.f16_as_w8() && d.epilogue == MatmulEpilogue::None &&
+         d.norm_x == nullptr && !d.argmax && w.n() % 2 == 0 && w.n() * w.k() >= kTwoRowsWeights * sm_count;
 }
 
 // Shared memory of the staged x: one fp32 per value of a padded row (the int8 form: padded fp16).
@@ -779,8 +824,9 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   GemvArgs a;
   set_matmul_args(a, d, w);
   a.chunks = w8 ? a.k / 16 : a.k_pad / 8;
-  a.rows = int(pair ? w.n() / 2 : w.n());  // outputs: n, or n / 2 SwiGLU pairs
-  a.pair_offset = pair ? a.rows : 0;
+  const bool two_rows = two_rows_a_warp(d, w, sm_count_);
+  a.rows = int(pair || two_rows ? w.n() / 2 : w.n());  // outputs: n, or n / 2 SwiGLU pairs
+  a.pair_offset = pair || two_rows ? a.rows : 0;
   a.x = reinterpret_cast<const __half*>(d.x);
   a.norm_x = d.norm_x;
   a.norm_w = d.norm_weight;
@@ -789,7 +835,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
 
   const size_t smem = gemv_smem(w);
   const bool norm = d.norm_x != nullptr;
-  const GemvKernel probe = gemv_kernel(w, d.epilogue, norm, 2);
+  const GemvKernel probe = two_rows ? w8a16_matmul_m1_two_rows : gemv_kernel(w, d.epilogue, norm, 2);
   if (!probe) return false;
   // Blocks of a size that the GPU holds at once: every weight is requested before the wait.
   const auto max_blocks = [&](int warps) {
@@ -801,7 +847,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
     plan.warps = kI8fWarps;
     blocks = std::min(ceil_div(ceil_div(a.rows, kI8fTileRows), kI8fWarps), max_blocks(kI8fWarps));
   } else {
-    plan = gemv_plan(a.rows, a.chunks, pair, max_blocks(8) * 8);
+    plan = gemv_plan(a.rows, a.chunks, pair || two_rows, max_blocks(8) * 8);
     if (d.epilogue == MatmulEpilogue::QkvRopeAppend) plan.warps = kGemvRopeWarps;
     blocks = std::min(ceil_div(a.rows, plan.warps / plan.slices), max_blocks(plan.warps));
   }
@@ -828,7 +874,8 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
            smem, a);
     return true;
   }
-  launch(gemv_kernel(w, d.epilogue, norm, plan.batch), dim3(unsigned(blocks)), dim3(32 * plan.warps), smem, a);
+  const GemvKernel kernel = two_rows ? w8a16_matmul_m1_two_rows : gemv_kernel(w, d.epilogue, norm, plan.batch);
+  launch(kernel, dim3(unsigned(blocks)), dim3(32 * plan.warps), smem, a);
   return true;
 }
 
@@ -836,21 +883,21 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
 void CudaBackend::prepare_matmul_m1(const CudaMatrix& w) {
   const size_t smem = gemv_smem(w);
   if (smem <= 48 * 1024) return;
-  for (MatmulEpilogue e : {MatmulEpilogue::None, MatmulEpilogue::SwiGLU, MatmulEpilogue::QkvRopeAppend}) {
-    for (int batch : {2, 4, 8}) {
-      for (bool norm : {false, true}) {
-        const GemvKernel k = gemv_kernel(w, e, norm, batch);
-        if (!k) continue;
-        // A block's dynamic shared memory may take what the kernel's static part leaves.
-        cudaFuncAttributes attr{};
-        CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
-        const size_t limit = smem_optin_ > attr.sharedSizeBytes ? smem_optin_ - attr.sharedSizeBytes : 0;
-        CUDA_REQUIRE(smem <= limit, "upload_matrix",
-                     "k = " + std::to_string(w.k()) + " needs " + std::to_string(smem) +
-                         " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(limit));
-        CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
-      }
-    }
+  std::vector<GemvKernel> kernels;
+  if (w.type() == WeightType::W8 && !w.f16_as_w8()) kernels.push_back(w8a16_matmul_m1_two_rows);
+  for (MatmulEpilogue e : {MatmulEpilogue::None, MatmulEpilogue::SwiGLU, MatmulEpilogue::QkvRopeAppend})
+    for (int batch : {2, 4, 8})
+      for (bool norm : {false, true})
+        if (const GemvKernel k = gemv_kernel(w, e, norm, batch)) kernels.push_back(k);
+  for (const GemvKernel k : kernels) {
+    // A block's dynamic shared memory may take what the kernel's static part leaves.
+    cudaFuncAttributes attr{};
+    CUDA_CHECK(cudaFuncGetAttributes(&attr, k));
+    const size_t limit = smem_optin_ > attr.sharedSizeBytes ? smem_optin_ - attr.sharedSizeBytes : 0;
+    CUDA_REQUIRE(smem <= limit, "upload_matrix",
+                 "k = " + std::to_string(w.k()) + " needs " + std::to_string(smem) +
+                     " bytes of shared memory in matmul_m1; this GPU allows " + std::to_string(limit));
+    CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(limit)));
   }
 }
 

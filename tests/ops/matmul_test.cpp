@@ -103,9 +103,11 @@ struct Shape {
   int64_t n, k;
 };
 
-// Decode shapes of the benchmarked model (n_embd 896, n_ff 4864) and edges: n = 1, odd n, k = one
-// W8 group, k a multiple of 32 but not of 128 or 256.
-const Shape kW8Shapes[] = {{896, 896}, {1152, 896}, {896, 4864}, {1, 32}, {7, 160}, {33, 800}, {255, 288}};
+// Decode shapes of the benchmarked model (n_embd 896, n_ff 4864), those of Llama-3.2-1B (n_embd
+// 2048, n_ff 8192; on CUDA ffn_down takes two rows a warp, and with an odd n one) and edges: n = 1,
+// odd n, k = one W8 group, k a multiple of 32 but not of 128 or 256.
+const Shape kW8Shapes[] = {{896, 896}, {1152, 896}, {896, 4864}, {3072, 2048}, {2048, 2048}, {2048, 8192},
+                           {2047, 8192}, {1, 32}, {7, 160}, {33, 800}, {255, 288}};
 
 TEST_P(MatmulTest, W8M1Random) {
   Rng rng(101);
@@ -193,6 +195,7 @@ TEST_P(MatmulTest, Accumulate) {
   for (WeightType type : {WeightType::W8, WeightType::F16}) {
     for (bool bias : {false, true}) {
       check(random_inputs(rng, type, 1, 896, 4864, bias, true), true);
+      check(random_inputs(rng, type, 1, 2048, 8192, bias, true), false);
       check(random_inputs(rng, type, 1, 13, 64, bias, true), false);
       check(random_inputs(rng, type, 17, 13, 64, bias, true), false);
     }
