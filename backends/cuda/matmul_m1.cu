@@ -787,9 +787,10 @@ GemvPlan gemv_plan(int rows, int chunks, bool two_rows, int64_t max_warps) {
 // value from shared memory (4 bytes per int8 weight, at 128 bytes a cycle: about 1 µs for 64 Ki
 // weights on a multiprocessor), after the dependency wait; a warp with two rows reads each x value
 // once for both, and a block stages x for twice the rows. Llama-3.2-1B's ffn_down (2,048 × 8,192:
-// 127 Ki weights a multiprocessor) decodes 1,319.5 against 1,232 tok/s on an H100 (ffn_down 7.7
-// against 11.6 µs in the chain); the benchmarked model's ffn_down (896 × 4,864: 33 Ki) lost with
-// it, 2,183–2,198 against 2,316–2,327 tok/s, and keeps one row a warp.
+// 127 Ki weights a multiprocessor): 1,319.5 against 1,232 tok/s on an H100 alone, and with the rest
+// of this plan 1,448.7 against 1,227.3 (ffn_down 7.26 against 11.62 µs in the chain); the
+// benchmarked model's ffn_down (896 × 4,864: 33 Ki) lost with it, 2,183–2,198 against 2,316–2,327
+// tok/s, and keeps one row a warp (the 2026-12-07 H100 Llama-shape report).
 constexpr int64_t kTwoRowsWeights = int64_t(1) << 16;
 
 bool two_rows_a_warp(const MatmulDesc& d, const CudaMatrix& w, int sm_count) {
