@@ -8,9 +8,9 @@
 //                    and up row j + n/2, which share every x read; the same two rows of a plain matrix
 //                    large for the GPU, w8a16_matmul_m1_two_rows, see two_rows_a_warp); each lane
 //                    reads 16-byte vectors of 16 int8 weights, so one load of a warp covers 512
-//                    contiguous bytes of a row. Long
-//                    rows are split over 2 to 8 warps of a block ("slices") that add their sums in
-//                    shared memory in a fixed order (ffn_down, n = 896, k = 4864: 4 warps per row). A
+//                    contiguous bytes of a row. Long rows are split over 2 to 8 warps of a block
+//                    ("slices") that add their sums in shared memory in a fixed order (ffn_down,
+//                    n = 896, k = 4864: 4 warps per row). A
 //                    launch takes as many warps (64 registers each) as fit on the GPU at once, up to
 //                    one per row and slice: the more warps, the more weights are requested before the
 //                    previous kernel ends (programmatic dependent launch; the weights do not depend on
@@ -321,7 +321,8 @@ struct GemvEpilogueInputs {
 };
 
 template <int kRows, int kY>
-__device__ __forceinline__ void gemv_epilogue_bias(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows, kY>& e) {
+__device__ __forceinline__ void gemv_epilogue_bias(const GemvArgs& a, int row, bool writer,
+                                                   GemvEpilogueInputs<kRows, kY>& e) {
   const bool mine = writer && row < a.rows;
 #pragma unroll
   for (int p = 0; p < kRows; ++p) {
@@ -332,7 +333,8 @@ __device__ __forceinline__ void gemv_epilogue_bias(const GemvArgs& a, int row, b
 
 // The y a row accumulates into: written by an earlier kernel, so read after the dependency wait.
 template <int kRows, int kY>
-__device__ __forceinline__ void gemv_epilogue_y(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows, kY>& e) {
+__device__ __forceinline__ void gemv_epilogue_y(const GemvArgs& a, int row, bool writer,
+                                                GemvEpilogueInputs<kRows, kY>& e) {
   if constexpr (kY == 2) {
     const bool mine = writer && row < a.rows && a.accumulate;
     e.y[0] = mine ? a.y[row] : 0.f;
@@ -343,7 +345,8 @@ __device__ __forceinline__ void gemv_epilogue_y(const GemvArgs& a, int row, bool
 }
 
 template <int kRows, int kY>
-__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer, GemvEpilogueInputs<kRows, kY>& e) {
+__device__ __forceinline__ void gemv_epilogue_inputs(const GemvArgs& a, int row, bool writer,
+                                                     GemvEpilogueInputs<kRows, kY>& e) {
   gemv_epilogue_bias(a, row, writer, e);
   gemv_epilogue_y(a, row, writer, e);
 }
@@ -826,7 +829,7 @@ bool CudaBackend::matmul_m1_kernel(const MatmulDesc& d, const CudaMatrix& w) {
   set_matmul_args(a, d, w);
   a.chunks = w8 ? a.k / 16 : a.k_pad / 8;
   const bool two_rows = two_rows_a_warp(d, w, sm_count_);
-  a.rows = int(pair || two_rows ? w.n() / 2 : w.n());  // outputs: n, or n / 2 SwiGLU pairs
+  a.rows = int(pair || two_rows ? w.n() / 2 : w.n());  // outputs: n, or n / 2 SwiGLU or row pairs
   a.pair_offset = pair || two_rows ? a.rows : 0;
   a.x = reinterpret_cast<const __half*>(d.x);
   a.norm_x = d.norm_x;
