@@ -797,7 +797,7 @@ GemvPlan gemv_plan(int rows, int chunks, bool two_rows, int64_t max_warps) {
 constexpr int64_t kTwoRowsWeights = int64_t(1) << 16;
 
 bool two_rows_a_warp(const MatmulDesc& d, const CudaMatrix& w, int sm_count) {
-  return w.type() == WeightType::W8 && w.w8_layout() && !w.f16_as_w8() && d.epilogue == MatmulEpilogue::None &&
+  return w.type() == WeightType::W8 && !w.f16_as_w8() && d.epilogue == MatmulEpilogue::None &&
          d.norm_x == nullptr && !d.argmax && w.n() % 2 == 0 && w.n() * w.k() >= kTwoRowsWeights * sm_count;
 }
 
