@@ -370,9 +370,9 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   }
   const TensorInfo& embd = *f.find_tensor("token_embd.weight");
   if (c.tied_embeddings) {
-    m->lm_head_ = be.upload_matrix(convert_f16(embd).view());
+    m->lm_head_ = be.upload_matrix(convert_lm_head(embd).view());
   } else {
-    m->lm_head_ = be.upload_matrix(convert_f16(*f.find_tensor("output.weight")).view());
+    m->lm_head_ = be.upload_matrix(convert_lm_head(*f.find_tensor("output.weight")).view());
     m->embd_ = be.upload_matrix(requantize_w8(embd).view());
   }
   m->output_norm_ = upload_f32("output_norm.weight");

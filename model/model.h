@@ -2,8 +2,9 @@
 //
 // Model::load reads the hyper-parameters from GGUF metadata, checks every tensor the architecture
 // needs (name, shape, type), requantises the layer matrices to W8A16 and keeps the output matrix as
-// FP16 (`lm_head`, shared with the token embedding when the model ties them), and allocates the KV
-// cache and every activation buffer once. After that, prefill and decode allocate nothing.
+// FP16 (`lm_head`, shared with the token embedding when the model ties them; with an int8 form
+// where the file's type is quantised, convert_lm_head), and allocates the KV cache and every
+// activation buffer once. After that, prefill and decode allocate nothing.
 //
 // One layer, as the backend sees it (m rows; decode is m = 1):
 //   qkv   = [rmsnorm(x)] · W_qkvᵀ + b_qkv        matmul with rmsnorm prologue, Q/K/V stacked
@@ -191,7 +192,7 @@ class Model {
   ModelFootprint footprint_;
 
   std::vector<std::unique_ptr<Layer>> layers_;
-  std::unique_ptr<Matrix> lm_head_;     // (n_vocab, n_embd) F16
+  std::unique_ptr<Matrix> lm_head_;     // (n_vocab, n_embd) F16, int8 form where quantised
   std::unique_ptr<Matrix> embd_;        // (n_vocab, n_embd) W8; null when tied (lm_head used)
   Buffer output_norm_;                  // (n_embd) f32
   Buffer rope_factors_;                 // (head_dim/2) f32: cfg_.rope_freq_factors; empty without scaling

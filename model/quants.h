@@ -50,6 +50,13 @@ HostWeights requantize_w8(const TensorInfo& t);
 // Q8_0 the result also carries the blocks' int8 values and fp16 scales, the int8 form of the fp16
 // values (HostMatrix), which a backend may keep instead: the same lm_head in about half the bytes.
 HostWeights convert_f16(const TensorInfo& t);
+// The lm_head (output.weight, or the token embedding it is tied to) as the backends take it: FP16
+// with an int8 form wherever the file's type is quantised, so that a decode step streams about
+// half the bytes. From F32, F16 and BF16 the fp16 values alone (convert_f16); from Q8_0 the blocks
+// themselves (convert_f16, exact); from any other quantised type (Q6_K in most Q4_K_M files) the
+// W8 requantisation the layer matrices get (requantize_w8: at most max|w|/254 of error per value of
+// a group, and none for blocks of codes), widened to fp16(q · scale).
+HostWeights convert_lm_head(const TensorInfo& t);
 // Dequantises a whole tensor of any supported type (norm weights, biases) to fp32.
 std::vector<float> dequantize_tensor(const TensorInfo& t);
 

@@ -11,6 +11,8 @@
 //        d < 0), with no error at all, unless a code does not fit ±127 (Q8_0's -128).
 //   F16: w rounded to fp16; from Q8_0 blocks also the blocks' int8 values and scales (the int8
 //        form of HostMatrix: each fp16 value is fp16(q · d)).
+//   lm_head: F16 from float types, F16 with the blocks as int8 form from Q8_0, and from any other
+//        quantised type the W8 rounding above widened to fp16(q · scale), int8 form kept.
 // Rows are independent, so they are spread over the host's threads.
 #include <algorithm>
 #include <cmath>
@@ -170,6 +172,14 @@ HostWeights convert_f16(const TensorInfo& t) {
       }
     }
   });
+  return w;
+}
+
+HostWeights convert_lm_head(const TensorInfo& t) {
+  const bool floats = t.type == GgmlType::F32 || t.type == GgmlType::F16 || t.type == GgmlType::BF16;
+  if (floats || t.type == GgmlType::Q8_0) return convert_f16(t);
+  HostWeights w = requantize_w8(t);
+  w.widen_to_f16();
   return w;
 }
 

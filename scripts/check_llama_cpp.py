@@ -6,13 +6,15 @@ builds llama.cpp from source with cmake, CPU only, `gguf` and `numpy`, e.g. pyth
 /tmp/venv-llamacpp && /tmp/venv-llamacpp/bin/pip install llama-cpp-python gguf numpy):
     /tmp/venv-llamacpp/bin/python scripts/check_llama_cpp.py [MODEL.gguf ...]
         [--tiny-llm ./build/tiny_llm] [--weights q4_k_m,q8_0] [--preset qwen2.5-0.5b]
-        [--tokenizer-dir DIR] [--no-ref] [--n-gen 32] [--threads 2] [--json]
+        [--tokenizer-dir DIR] [--vocab-prefix N] [--no-ref] [--n-gen 32] [--threads 2] [--json]
 
 MODEL defaults to synthetic models that `tiny_llm synth` writes into a temporary folder, one per
 --weights type, with the shapes of --preset and the vocabulary of --tokenizer-dir (default
 ../shared/data/qwen2-tokenizer where it exists, the real Qwen2 one; pass '' for synth's own, as
 the SentencePiece presets need): the default q4_k_m file has the shapes, tensor types and
-vocabulary of Qwen2.5-0.5B-Instruct Q4_K_M. For each model:
+vocabulary of Qwen2.5-0.5B-Instruct Q4_K_M. A preset with fewer tokens than that vocabulary
+(llama3.2-1b: 128,256) takes its first ids with --vocab-prefix (128000 there); synth's own
+byte-level vocabulary has no merges, an empty array that gguf-py 0.19 cannot read. For each model:
 
 - tokens: `tiny_llm tokenize` against llama.cpp's `Llama.tokenize(text, add_bos=False,
   special=True)` on fixed texts (ASCII, Chinese, code, emoji, runs of whitespace, special tokens);
@@ -42,7 +44,8 @@ Why the logits differ. The files are the same, the arithmetic is not:
   row, model/requant.cpp). A block of 32 integer codes times one fp16 scale (Q4_0, Q5_0, Q8_0,
   IQ4_NL) is taken over exactly; other types are rounded again, with an error of at most
   max|w|/254 per value of a group. The output projection (or the tied token embedding) becomes
-  fp16. The CPU backend (backends/cpu/matmul.cpp) multiplies those weights, widened to fp32, with
+  fp16: from float types and Q8_0 the file's values rounded to fp16, from other quantised types
+  (Q6_K) those of the same W8 rounding. The CPU backend (backends/cpu/matmul.cpp) multiplies those weights, widened to fp32, with
   fp16 activations (the rmsnorm output, the attention output and SwiGLU's output are rounded to
   fp16) through OpenBLAS in fp32; the KV cache is fp16.
 - llama.cpp's CPU backend computes on the GGUF blocks directly, but rounds the activations to the
@@ -220,6 +223,30 @@ def greedy(llm, tiny_llm, model, prompt, n_gen, n_vocab, tmp):
         at = next(i for i in range(len(expect)) if i >= len(text) or text[i] != expect[i])
         out["generate_text_differs"] = {"byte": at, "tiny_llm": text[at: at + 24].decode(errors="replace"),
                                         "llama_cpp": expect[at: at + 24].decode(errors="replace")}
+    return out
+
+
+def vocab_prefix(tokenizer_dir, n, tmp):
+    """Writes, into a folder under tmp, the first n ids of tokenizer_dir's vocab.json and the merges
+    whose parts and result are all among them (a byte-level BPE vocabulary in its own right, as
+    Qwen2's keeps each merge's result after its parts); returns the folder."""
+    with open(os.path.join(tokenizer_dir, "vocab.json"), encoding="utf-8") as f:
+        vocab = {t: i for t, i in json.load(f).items() if i < n}
+    if len(vocab) < n:
+        raise InputError(f"{tokenizer_dir}: --vocab-prefix {n} is more than its {len(vocab)} tokens")
+    merges = []
+    with open(os.path.join(tokenizer_dir, "merges.txt"), encoding="utf-8") as f:
+        for line in f:
+            parts = line.rstrip("\n").split(" ")
+            if line.startswith("#") or (len(parts) == 2 and parts[0] in vocab and parts[1] in vocab
+                                        and parts[0] + parts[1] in vocab):
+                merges.append(line)
+    out = os.path.join(tmp, f"vocab-{n}")
+    os.makedirs(out)
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8") as f:
+        f.writelines(merges)
     return out
 
 
@@ -408,6 +435,9 @@ def main():
     ap.add_argument("--preset", default="qwen2.5-0.5b", help="synth --preset of the synthetic models")
     ap.add_argument("--tokenizer-dir", default=DEFAULT_TOKENIZER_DIR if os.path.isdir(DEFAULT_TOKENIZER_DIR) else "",
                     help="synth --tokenizer-dir ('' for synth's own vocabulary)")
+    ap.add_argument("--vocab-prefix", type=int, default=0, metavar="N",
+                    help="synthesise with the first N ids of --tokenizer-dir's vocabulary and the merges among "
+                         "them (for a preset with fewer tokens: llama3.2-1b with 128000)")
     ap.add_argument("--n-gen", type=int, default=32, help="greedy tokens to compare")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     ap.add_argument("--no-ref", action="store_true",
@@ -430,7 +460,12 @@ def main():
             models = args.models
             if not models:
                 weights = args.weights.split(",")
-                models = synth_models(args.tiny_llm, args.preset, weights, args.tokenizer_dir, tmp)
+                tokenizer_dir = args.tokenizer_dir
+                if args.vocab_prefix > 0:
+                    if not tokenizer_dir:
+                        raise InputError("--vocab-prefix needs a --tokenizer-dir")
+                    tokenizer_dir = vocab_prefix(tokenizer_dir, args.vocab_prefix, tmp)
+                models = synth_models(args.tiny_llm, args.preset, weights, tokenizer_dir, tmp)
             results = [check_model(llama_cpp, args, m, tmp) for m in models]
     except InputError as e:
         print(f"check_llama_cpp.py: {e}", file=sys.stderr)

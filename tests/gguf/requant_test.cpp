@@ -336,6 +336,46 @@ TEST(ConvertF16, Q8_0CarriesItsInt8Form) {
   EXPECT_EQ(mixed.view().q, nullptr);
 }
 
+// The lm_head's conversion: float types give fp16 values alone; Q8_0 the blocks as the int8 form
+// (convert_f16's result); other quantised types the W8 requantisation, widened to fp16(q · scale),
+// so that every value stays within the W8 rounding bound of the file's value; blocks of codes
+// (Q4_0) exactly.
+TEST(ConvertLmHead, QuantisedTypesCarryAnInt8Form) {
+  const int64_t k = 512, n = 40;
+  const std::vector<float> v = noise(size_t(k * n), 21, 0.1f);
+  const OwnedTensor f32 = make_tensor("output.weight", GgmlType::F32, {k, n}, v);
+  const HostWeights wf = convert_lm_head(f32.info);
+  EXPECT_EQ(wf.type, WeightType::F16);
+  EXPECT_TRUE(wf.q.empty());
+  EXPECT_EQ(wf.f16, convert_f16(f32.info).f16);
+
+  const OwnedTensor q8 = make_tensor("output.weight", GgmlType::Q8_0, {k, n}, v);
+  const HostWeights w8 = convert_lm_head(q8.info), f8 = convert_f16(q8.info);
+  EXPECT_EQ(w8.f16, f8.f16);
+  EXPECT_EQ(w8.q, f8.q);
+  EXPECT_EQ(w8.scales, f8.scales);
+
+  for (GgmlType type : {GgmlType::Q6_K, GgmlType::Q4_K, GgmlType::Q4_0}) {
+    SCOPED_TRACE(ggml_type_name(type));
+    const OwnedTensor t = make_tensor("output.weight", type, {k, n}, v);
+    const HostWeights w = convert_lm_head(t.info), r = requantize_w8(t.info);
+    const std::vector<float> ref = dequantize_tensor(t.info);
+    EXPECT_EQ(w.type, WeightType::F16);
+    EXPECT_EQ(w.q, r.q);
+    EXPECT_EQ(w.scales, r.scales);
+    ASSERT_EQ(w.f16.size(), ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) {
+      const float scale = half_to_float(w.scales[i / kW8Group]), value = half_to_float(w.f16[i]);
+      ASSERT_EQ(w.f16[i], float_to_half(float(w.q[i]) * scale)) << i;
+      if (type == GgmlType::Q4_0) {
+        ASSERT_EQ(value, half_to_float(float_to_half(ref[i]))) << i;  // as numbers: -0 == +0
+      } else {
+        ASSERT_LE(std::fabs(value - ref[i]), scale / 2 + 127 * scale * 0x1p-10f) << i;
+      }
+    }
+  }
+}
+
 TEST(DequantizeTensor, AnyShapeAndType) {
   const std::vector<float> v = noise(2 * 3 * 64, 11, 2.0f);
   const OwnedTensor t3 = make_tensor("t", GgmlType::F16, {64, 3, 2}, v);
