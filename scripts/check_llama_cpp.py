@@ -45,9 +45,9 @@ Why the logits differ. The files are the same, the arithmetic is not:
   IQ4_NL) is taken over exactly; other types are rounded again, with an error of at most
   max|w|/254 per value of a group. The output projection (or the tied token embedding) becomes
   fp16: from float types and Q8_0 the file's values rounded to fp16, from other quantised types
-  (Q6_K) those of the same W8 rounding. The CPU backend (backends/cpu/matmul.cpp) multiplies those weights, widened to fp32, with
-  fp16 activations (the rmsnorm output, the attention output and SwiGLU's output are rounded to
-  fp16) through OpenBLAS in fp32; the KV cache is fp16.
+  (Q6_K) those of the same W8 rounding. The CPU backend (backends/cpu/matmul.cpp) multiplies those
+  weights, widened to fp32, with fp16 activations (the rmsnorm output, the attention output and
+  SwiGLU's output are rounded to fp16) through OpenBLAS in fp32; the KV cache is fp16.
 - llama.cpp's CPU backend computes on the GGUF blocks directly, but rounds the activations to the
   type its dot products pair with the weights' type: 8-bit blocks of 32 values (Q8_0) for Q5_0 and
   Q8_0, of 256 (Q8_K) for the K-quants, fp16 for F16; its KV cache is fp16 too.
