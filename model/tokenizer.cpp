@@ -486,11 +486,12 @@ void Tokenizer::build(std::vector<std::string> tokens, std::vector<int32_t> toke
   add_bos_ = special.add_bos.value_or(pn->add_bos);
   const size_t n = tokens_.size();
 
-  // Raw bytes of every token: special tokens stand for their own text.
+  // Raw bytes of every token: special tokens stand for their own text, unused ones for nothing.
   bytes_off_.resize(n + 1);
   bytes_blob_.clear();
   for (size_t i = 0; i < n; ++i) {
     bytes_off_[i] = static_cast<uint32_t>(bytes_blob_.size());
+    if (types_[i] == TokenType::Unused) continue;
     if (types_[i] == TokenType::Control || types_[i] == TokenType::UserDefined) {
       bytes_blob_ += tokens_[i];
     } else {

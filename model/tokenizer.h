@@ -122,8 +122,9 @@ class Tokenizer {
   // pre-tokenizer: its one piece is the text with the dummy prefix.
   std::vector<std::string> pre_tokenize(const std::string& text) const;
   // The bytes the ids stand for (byte-level mapping undone, U+2581 as a space, <0xXX> as its byte;
-  // special and unknown tokens as their text). SentencePiece: a first token that opens with the
-  // dummy prefix's space loses it. Throws TokenizerError for an id outside [0, n_vocab).
+  // special and unknown tokens as their text, unused ones as nothing, as llama.cpp writes them).
+  // SentencePiece: a first token that opens with the dummy prefix's space loses it. Throws
+  // TokenizerError for an id outside [0, n_vocab).
   std::string decode(const std::vector<int32_t>& ids) const;
   // The bytes one token stands for, as in decode() but with every space kept (for streaming).
   std::string token_bytes(int32_t id) const;

@@ -72,7 +72,9 @@ void Tokenizer::build_spm(std::vector<std::string> pieces, std::vector<float> sc
     bytes_off_[i] = static_cast<uint32_t>(bytes_blob_.size());
     const TokenType t = types_[i];
     const int byte = t == TokenType::Byte ? parse_byte_piece(p) : -1;
-    if (byte >= 0) {
+    if (t == TokenType::Unused) {
+      // Written as nothing, as llama.cpp does (padding pieces such as "[PAD313]").
+    } else if (byte >= 0) {
       bytes_blob_.push_back(static_cast<char>(byte));
       if (byte_token_[byte] < 0) byte_token_[byte] = static_cast<int32_t>(i);
     } else if (t == TokenType::Control || t == TokenType::UserDefined || t == TokenType::Unknown) {

@@ -211,6 +211,19 @@ TEST(SpmTokenizer, UnusedPiecesMergeButAreSplitAgain) {
   EXPECT_EQ(tok->encode("abc", false), std::vector<int32_t>({3, 7}));
 }
 
+// llama.cpp writes an unused piece (a vocabulary's padding, "[PAD313]") as nothing; so does decode.
+TEST(SpmTokenizer, UnusedPiecesDecodeToNothing) {
+  const std::string sp = kSp;
+  // ids: 3 ▁, 4 a, 5 [PAD9] (Unused), 6 ▁a
+  const auto tok = small({{sp, -1}, {"a", -2}, {"[PAD9]", -9}, {sp + "a", -0.5f}}, {1, 1, 5, 1});
+  EXPECT_EQ(tok->token_bytes(5), "");
+  EXPECT_EQ(tok->token_text(5), "[PAD9]");
+  EXPECT_EQ(tok->decode({6, 5, 6}), "a a");
+  // The dummy prefix's space is dropped from a first token only, as llama.cpp's lstrip does.
+  EXPECT_EQ(tok->decode({5, 6}), " a");
+  EXPECT_EQ(tok->token_bytes(4), "a");
+}
+
 TEST(SpmTokenizer, RefusesWhatCannotEncode) {
   EXPECT_NE(error_of([] { Tokenizer::from_spm_vocab({"a", "b"}, {0.0f}, {}); }).find("scores has 1 entries for 2"),
             std::string::npos);

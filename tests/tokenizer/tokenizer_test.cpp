@@ -82,6 +82,19 @@ TEST(Tokenizer, ByteTokensAndDecode) {
   EXPECT_EQ(tok->decode(bytes_of("hi there")), "hi there");
 }
 
+// Tokens of type unused (padding, and the gaps of a vocabulary with missing ids) decode to nothing,
+// as llama.cpp writes them; control tokens keep their text.
+TEST(Tokenizer, UnusedTokensDecodeToNothing) {
+  Vocab v;
+  const int32_t pad = v.add_raw("[PAD300]", TokenType::Unused);
+  const int32_t end = v.add_raw("<|end|>", TokenType::Control);
+  const auto tok = v.build("gpt-2");
+  EXPECT_EQ(tok->token_bytes(pad), "");
+  EXPECT_EQ(tok->token_text(pad), "[PAD300]");
+  EXPECT_EQ(tok->decode({'h', pad, 'i', end}), "hi<|end|>");
+  EXPECT_EQ(tok->encode("[PAD300]"), bytes_of("[PAD300]"));
+}
+
 TEST(Tokenizer, MergesApplyByRank) {
   Vocab v;
   const int32_t ab = v.add("ab"), bc = v.add("bc"), abc = v.add("abc");
