@@ -126,7 +126,7 @@ LoadedModel load_model(const ModelRequest& req) {
   LoadOptions opt;
   opt.n_ctx = req.n_ctx;
   opt.max_batch = req.max_batch;
-  const ModelFootprint need = Model::footprint(cfg, opt);
+  const ModelFootprint need = Model::footprint(cfg, opt, *lm.backend);
   const MemoryInfo mem = lm.backend->memory_info();
   const std::string too_big = fit_error(need, mem, be_name, std::min(req.n_ctx, cfg.n_ctx_train));
   if (!too_big.empty()) throw AppError(req.path + ": " + too_big);

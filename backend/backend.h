@@ -414,6 +414,10 @@ class Backend {
   virtual void queue_readback(const void* src, size_t bytes) = 0;
   virtual const void* readback() = 0;
   virtual std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) = 0;
+  // The bytes upload_matrix allocates (and memory_info counts) for an (n, k) matrix of this type,
+  // in this backend's layout; int8_form: an F16 matrix that comes with its int8 form (HostMatrix).
+  // What Model::footprint sums before a model is loaded.
+  virtual size_t matrix_bytes(WeightType type, int64_t n, int64_t k, bool int8_form) const = 0;
   virtual void synchronize() = 0;
   virtual MemoryInfo memory_info() const = 0;
 

@@ -78,7 +78,8 @@ void read_everything(const tllm::GgufFile& f) {
     const ModelConfig c = read_model_config(f);
     // What the loader would size from the file must be computable without overflow traps.
     LoadOptions opt;
-    (void)Model::footprint(c, opt).total();
+    static const std::unique_ptr<Backend> cpu = create_backend("cpu");
+    (void)Model::footprint(c, opt, *cpu).total();
   } catch (const ModelError& e) {
     check_message(path, e.what());
   } catch (const GgufError& e) {

@@ -233,6 +233,8 @@ ModelConfig read_model_config(const GgufFile& f) {
   c.n_vocab = int(embd->dims[1]);
   check_vocabulary(f, c.n_vocab);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
+  const GgmlType head = c.tied_embeddings ? embd->type : f.find_tensor("output.weight")->type;
+  c.lm_head_int8_form = head != GgmlType::F32 && head != GgmlType::F16 && head != GgmlType::BF16;
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   return c;
 }
@@ -252,20 +254,24 @@ struct Model::Layer {
 Model::Model(Backend& be, ModelConfig cfg) : be_(be), cfg_(std::move(cfg)) {}
 Model::~Model() = default;
 
-ModelFootprint Model::footprint(const ModelConfig& c, const LoadOptions& opt) {
+ModelFootprint Model::footprint(const ModelConfig& c, const LoadOptions& opt, const Backend& be) {
   ModelFootprint fp;
-  const size_t E = size_t(c.n_embd), F = size_t(c.n_ff), V = size_t(c.n_vocab);
-  const size_t QKV = size_t(c.qkv_dim()), Q = size_t(c.q_dim());
-  auto w8 = [](size_t n, size_t k) { return n * k + n * (k / kW8Group) * sizeof(half_t); };
-  const size_t per_layer =
-      w8(QKV, E) + w8(E, Q) + w8(2 * F, E) + w8(E, F) + (2 * E + QKV) * sizeof(float);
-  fp.weight_bytes = per_layer * size_t(c.n_layer) + V * E * sizeof(half_t) + E * sizeof(float) +
+  const int64_t E = c.n_embd, F = c.n_ff, V = c.n_vocab, QKV = c.qkv_dim(), Q = c.q_dim();
+  const auto w8 = [&](int64_t n, int64_t k) { return be.matrix_bytes(WeightType::W8, n, k, false); };
+  // The matrices, norms and biases that load() uploads, in its order.
+  const size_t per_layer = w8(QKV, E) + w8(E, Q) + w8(2 * F, E) + w8(E, F) +
+                           size_t(2 * E + (c.qkv_bias ? QKV : 0)) * sizeof(float);
+  fp.weight_bytes = per_layer * size_t(c.n_layer) +
+                    be.matrix_bytes(WeightType::F16, V, E, c.lm_head_int8_form) +
+                    (c.tied_embeddings ? 0 : w8(V, E)) + size_t(E) * sizeof(float) +
                     c.rope_freq_factors.size() * sizeof(float);
-  if (!c.tied_embeddings) fp.weight_bytes += w8(V, E);
   const int n_ctx = std::min(opt.n_ctx, c.n_ctx_train);
   fp.kv_cache_bytes = size_t(c.n_layer) * 2 * size_t(c.n_head_kv) * size_t(n_ctx) * size_t(c.head_dim) * sizeof(half_t);
-  const size_t B = size_t(opt.max_batch);
-  fp.activation_bytes = B * E * 4 + B * QKV * 4 + B * Q * 2 + B * F * 2 + 2 * B * 4 + V * 4 + 16;
+  const size_t B = size_t(std::min(opt.max_batch, n_ctx));
+  fp.activation_bytes = B * size_t(E) * sizeof(float) + B * size_t(QKV) * sizeof(float) +
+                        B * size_t(Q) * sizeof(half_t) + B * size_t(F) * sizeof(half_t) +
+                        2 * B * sizeof(int32_t) + size_t(V) * sizeof(float) +
+                        (2 + kDecodeRunMax) * sizeof(int32_t);
   return fp;
 }
 
@@ -284,7 +290,7 @@ std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOpt
   LoadOptions eff = opt;
   eff.n_ctx = m->n_ctx_;
   eff.max_batch = m->max_batch_;
-  m->footprint_ = footprint(c, eff);
+  m->footprint_ = footprint(c, eff, be);
 
   const int64_t E = c.n_embd, F = c.n_ff, Q = c.q_dim(), KV = c.kv_dim();
   // Check every tensor before converting any, so a bad file fails fast and allocates nothing.

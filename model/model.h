@@ -53,6 +53,9 @@ struct ModelConfig {
   float rms_eps = 1e-6f;
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
+  // The lm_head's fp16 values come with an int8 form (convert_lm_head: stored quantised, not as
+  // F32, F16 or BF16), which a backend may keep instead of them.
+  bool lm_head_int8_form = false;
   bool qkv_bias = false;
   // q and the attention output: need not be n_embd (Mistral-Nemo: 4096 of n_embd 5120).
   int q_dim() const { return n_head * head_dim; }
@@ -70,9 +73,10 @@ struct LoadOptions {
   std::function<void(size_t done, size_t total)> progress;
 };
 
-// Bytes a model will hold on the backend, computed before anything is allocated.
+// Bytes a model will hold on a backend, computed before anything is allocated: what load()
+// allocates, to the byte (the backend's own workspaces aside).
 struct ModelFootprint {
-  size_t weight_bytes = 0;       // layer matrices (W8) + lm_head/embedding + norms and biases
+  size_t weight_bytes = 0;       // matrices in the backend's layout (Backend::matrix_bytes) + norms and biases
   size_t kv_cache_bytes = 0;     // K and V, all layers, n_ctx rows, fp16
   size_t activation_bytes = 0;   // prefill chunk buffers, logits, step scalars
   size_t total() const { return weight_bytes + kv_cache_bytes + activation_bytes; }
@@ -87,8 +91,8 @@ class Model {
   // Loads `f` onto `backend`. Throws ModelError (bad model) or BackendError (does not fit, or heads
   // wider than the backend's max_head_dim()).
   static std::unique_ptr<Model> load(const GgufFile& f, Backend& backend, const LoadOptions& opt);
-  // What load() would allocate, for checking against the device's free memory first.
-  static ModelFootprint footprint(const ModelConfig& c, const LoadOptions& opt);
+  // What load() would allocate on `backend`, for checking against the device's free memory first.
+  static ModelFootprint footprint(const ModelConfig& c, const LoadOptions& opt, const Backend& backend);
   ~Model();
 
   const ModelConfig& config() const { return cfg_; }

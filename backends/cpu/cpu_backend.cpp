@@ -161,6 +161,11 @@ std::unique_ptr<Matrix> CpuBackend::upload_matrix(const HostMatrix& m) {
   return std::make_unique<CpuMatrix>(m, counter_);
 }
 
+// Every matrix is kept as fp32 values (CpuMatrix), whatever it came as.
+size_t CpuBackend::matrix_bytes(WeightType, int64_t n, int64_t k, bool) const {
+  return size_t(n) * size_t(k) * sizeof(float);
+}
+
 MemoryInfo CpuBackend::memory_info() const {
   MemoryInfo info;
   info.allocated_bytes = counter_->allocated.load();

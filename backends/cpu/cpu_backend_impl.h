@@ -142,6 +142,7 @@ class CpuBackend final : public Backend {
   void queue_readback(const void* src, size_t bytes) override;
   const void* readback() override { return readback_.data(); }
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
+  size_t matrix_bytes(WeightType type, int64_t n, int64_t k, bool int8_form) const override;
   void synchronize() override {}
   MemoryInfo memory_info() const override;
 

@@ -100,14 +100,13 @@ __global__ void flip_top_bits(uint4* q, size_t vectors) {
 
 CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr<MemoryCounter> counter)
     : Matrix(h.type, h.n, h.k, keeps_int8_form(h)), counter_(std::move(counter)) {
-  const size_t n = size_t(h.n), k = size_t(h.k);
+  const Layout lay = layout(h.type, h.n, h.k, f16_as_w8());
+  scales_offset_ = lay.scales_offset;
+  k_pad_ = lay.k_pad;
+  mem_ = DeviceMemory(lay.bytes);
   if (w8_layout()) {
-    k_pad_ = h.k;
-    // The int8 form in tiles: rows padded to a whole tile, k to a whole step.
-    const size_t values = f16_as_w8() ? size_t(i8f_tiled_rows(h.n) * i8f_steps(h.k) * kI8fStep) : n * k;
-    scales_offset_ = (values + 255) / 256 * 256;
-    const size_t scale_bytes = values / kW8Group * sizeof(half_t);
-    mem_ = DeviceMemory(scales_offset_ + scale_bytes);
+    const size_t values = lay.q_bytes;
+    const size_t scale_bytes = lay.bytes - lay.scales_offset;
     void* scales = static_cast<char*>(mem_.get()) + scales_offset_;
     if (f16_as_w8()) {
       upload_int8_tiles(h, mem_.get(), scales, stream);
@@ -122,9 +121,7 @@ CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr
       CUDA_CHECK(cudaGetLastError());
     }
   } else {
-    k_pad_ = (h.k + 7) / 8 * 8;
-    const size_t row_bytes = size_t(k_pad_) * sizeof(half_t);
-    mem_ = DeviceMemory(n * row_bytes);
+    const size_t n = size_t(h.n), k = size_t(h.k), row_bytes = size_t(k_pad_) * sizeof(half_t);
     if (size_t(k_pad_) != k) CUDA_CHECK(cudaMemsetAsync(mem_.get(), 0, mem_.bytes(), stream));
     CUDA_CHECK(cudaMemcpy2DAsync(mem_.get(), row_bytes, h.f16, k * sizeof(half_t), k * sizeof(half_t), n,
                                  cudaMemcpyHostToDevice, stream));
@@ -134,6 +131,21 @@ CudaMatrix::CudaMatrix(const HostMatrix& h, cudaStream_t stream, std::shared_ptr
 }
 
 CudaMatrix::~CudaMatrix() { counter_->sub(mem_.bytes()); }
+
+CudaMatrix::Layout CudaMatrix::layout(WeightType type, int64_t n, int64_t k, bool int8_form) {
+  Layout l;
+  if (type == WeightType::W8 || int8_form) {
+    l.k_pad = k;
+    // The int8 form in tiles: rows padded to a whole tile, k to a whole step.
+    l.q_bytes = int8_form ? size_t(i8f_tiled_rows(n) * i8f_steps(k) * kI8fStep) : size_t(n) * size_t(k);
+    l.scales_offset = (l.q_bytes + 255) / 256 * 256;
+    l.bytes = l.scales_offset + l.q_bytes / kW8Group * sizeof(half_t);
+  } else {
+    l.k_pad = (k + 7) / 8 * 8;
+    l.bytes = size_t(n) * size_t(l.k_pad) * sizeof(half_t);
+  }
+  return l;
+}
 
 const CudaMatrix& cuda_matrix(const Matrix* m, const char* op) {
   const auto* cm = dynamic_cast<const CudaMatrix*>(m);
@@ -315,6 +327,10 @@ void CudaBackend::collect_download(uint64_t ticket, void* dst) {
   const int slot = tickets_.close(ticket, bytes);
   CUDA_CHECK(cudaEventSynchronize(queued_done_[slot].get()));
   std::memcpy(dst, static_cast<unsigned char*>(queued_.get()) + size_t(slot) * kQueuedDownloadBytes, bytes);
+}
+
+size_t CudaBackend::matrix_bytes(WeightType type, int64_t n, int64_t k, bool int8_form) const {
+  return CudaMatrix::layout(type, n, k, type == WeightType::F16 && int8_form && k % kW8Group == 0).bytes;
 }
 
 std::unique_ptr<Matrix> CudaBackend::upload_matrix(const HostMatrix& m) {

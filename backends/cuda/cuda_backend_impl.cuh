@@ -63,6 +63,15 @@ class CudaMatrix final : public Matrix {
   int64_t k_pad() const { return k_pad_; }  // F16 row stride in values; k in the W8 layout
   // q and scales hold the weights: a W8 matrix, or an F16 one in its int8 form (f16_as_w8).
   bool w8_layout() const { return type() == WeightType::W8 || f16_as_w8(); }
+  // Where the parts of such a matrix lie in its device memory (int8_form: an F16 one kept in its
+  // int8 form): q values (W8 layout) and the scales' offset, or fp16 rows of k_pad values; bytes in all.
+  struct Layout {
+    size_t q_bytes = 0;
+    size_t scales_offset = 0;
+    int64_t k_pad = 0;
+    size_t bytes = 0;
+  };
+  static Layout layout(WeightType type, int64_t n, int64_t k, bool int8_form);
 
  private:
   DeviceMemory mem_;
@@ -105,6 +114,7 @@ class CudaBackend final : public Backend {
   void queue_readback(const void* src, size_t bytes) override;
   const void* readback() override;
   std::unique_ptr<Matrix> upload_matrix(const HostMatrix& m) override;
+  size_t matrix_bytes(WeightType type, int64_t n, int64_t k, bool int8_form) const override;
   void synchronize() override;
   MemoryInfo memory_info() const override;
 

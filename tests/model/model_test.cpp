@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -215,6 +216,36 @@ TEST_P(ModelTest, GreedyIsDeterministicAndDecodeAllocatesNothing) {
   EXPECT_EQ(first.tokens.size(), 24u);
   EXPECT_EQ(before.allocated_bytes, after.allocated_bytes);
   EXPECT_EQ(before.peak_bytes, after.peak_bytes);
+}
+
+// Model::footprint, computed from the file's configuration before loading, is what loading
+// allocates on the backend, to the byte: the preset's file (its lm_head Q8_0, so in the int8 form)
+// and one with F16 matrices (the lm_head as fp16 values), at two cache sizes.
+TEST_P(ModelTest, FootprintIsWhatLoadingAllocates) {
+  SynthConfig f16 = arch() == "qwen2" ? tiny_test_model() : tiny_llama_test_model();
+  f16.mix = SynthMix::Uniform;
+  f16.weight_type = GgmlType::F16;
+  const std::string f16_path = ::testing::TempDir() + "model_test_footprint_" + arch() + "_" + backend() + ".gguf";
+  write_synth_model(f16, f16_path, {});
+  for (const std::string& path : {synth_file(arch()), f16_path}) {
+    for (const int n_ctx : {256, 40}) {
+      SCOPED_TRACE(path + ", n_ctx " + std::to_string(n_ctx));
+      auto f = GgufFile::open(path);
+      const ModelConfig c = read_model_config(*f);
+      EXPECT_EQ(c.lm_head_int8_form, path != f16_path);
+      auto be = create_backend(backend());
+      LoadOptions o;
+      o.n_ctx = n_ctx;
+      o.max_batch = 64;
+      const ModelFootprint want = Model::footprint(c, o, *be);
+      const size_t before = be->memory_info().allocated_bytes;
+      auto m = Model::load(*f, *be, o);
+      EXPECT_EQ(be->memory_info().allocated_bytes - before, want.total());
+      EXPECT_EQ(m->footprint().total(), want.total());
+      EXPECT_EQ(m->footprint().weight_bytes, want.weight_bytes);
+    }
+  }
+  std::remove(f16_path.c_str());
 }
 
 // Greedy tokens of the plain loop: prefill `prompt` at pos0, then argmax -> decode -> argmax ...
@@ -576,8 +607,9 @@ TEST(ModelRopeScalingTest, ChangesEveryPositionButTheFirst) {
 }
 
 TEST(ModelConfigTest, FootprintOfTheBenchmarkModelFitsTheBudget) {
-  // The benchmark model's shapes (the synthetic Qwen2.5-0.5B preset) with a 4096-token cache:
-  // weights + KV must fit 0.8 GB.
+  // The benchmark model's shapes (the synthetic Qwen2.5-0.5B preset, its lm_head Q8_0) with a
+  // 4096-token cache on the CUDA backend: weights + KV must fit 0.8 GB.
+  if (!backend_available("cuda")) GTEST_SKIP() << "backend cuda is not available here";
   const SynthConfig q = qwen25_05b_q4km();
   ModelConfig c;
   c.arch = q.arch;
@@ -591,9 +623,10 @@ TEST(ModelConfigTest, FootprintOfTheBenchmarkModelFitsTheBudget) {
   c.n_ctx_train = q.n_ctx;
   c.tied_embeddings = q.tied;
   c.qkv_bias = q.qkv_bias;
+  c.lm_head_int8_form = true;
   LoadOptions o;
   o.n_ctx = 4096;
-  const ModelFootprint fp = Model::footprint(c, o);
+  const ModelFootprint fp = Model::footprint(c, o, *create_backend("cuda"));
   EXPECT_LT(fp.weight_bytes + fp.kv_cache_bytes, size_t(800) * 1000 * 1000);
   EXPECT_EQ(fp.kv_cache_bytes, size_t(24) * 2 * 2 * 4096 * 64 * 2);
 }
