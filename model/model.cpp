@@ -234,7 +234,7 @@ ModelConfig read_model_config(const GgufFile& f) {
   check_vocabulary(f, c.n_vocab);
   c.tied_embeddings = f.find_tensor("output.weight") == nullptr;
   const GgmlType head = c.tied_embeddings ? embd->type : f.find_tensor("output.weight")->type;
-  c.lm_head_int8_form = head != GgmlType::F32 && head != GgmlType::F16 && head != GgmlType::BF16;
+  c.lm_head_int8_form = lm_head_has_int8_form(head);
   c.qkv_bias = f.find_tensor("blk.0.attn_q.bias") != nullptr;
   return c;
 }

@@ -53,8 +53,8 @@ struct ModelConfig {
   float rms_eps = 1e-6f;
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
-  // The lm_head's fp16 values come with an int8 form (convert_lm_head: stored quantised, not as
-  // F32, F16 or BF16), which a backend may keep instead of them.
+  // The lm_head's fp16 values come with an int8 form (lm_head_has_int8_form of its type), which a
+  // backend may keep instead of them.
   bool lm_head_int8_form = false;
   bool qkv_bias = false;
   // q and the attention output: need not be n_embd (Mistral-Nemo: 4096 of n_embd 5120).

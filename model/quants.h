@@ -57,6 +57,8 @@ HostWeights convert_f16(const TensorInfo& t);
 // W8 requantisation the layer matrices get (requantize_w8: at most max|w|/254 of error per value of
 // a group, and none for blocks of codes), widened to fp16(q · scale).
 HostWeights convert_lm_head(const TensorInfo& t);
+// Whether convert_lm_head gives a tensor of this type an int8 form: every type but F32, F16, BF16.
+bool lm_head_has_int8_form(GgmlType type);
 // Dequantises a whole tensor of any supported type (norm weights, biases) to fp32.
 std::vector<float> dequantize_tensor(const TensorInfo& t);
 

@@ -175,9 +175,12 @@ HostWeights convert_f16(const TensorInfo& t) {
   return w;
 }
 
+bool lm_head_has_int8_form(GgmlType type) {
+  return type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16;
+}
+
 HostWeights convert_lm_head(const TensorInfo& t) {
-  const bool floats = t.type == GgmlType::F32 || t.type == GgmlType::F16 || t.type == GgmlType::BF16;
-  if (floats || t.type == GgmlType::Q8_0) return convert_f16(t);
+  if (!lm_head_has_int8_form(t.type) || t.type == GgmlType::Q8_0) return convert_f16(t);
   HostWeights w = requantize_w8(t);
   w.widen_to_f16();
   return w;

@@ -53,9 +53,10 @@ void MemoryCounter::add(size_t bytes) {
 
 namespace {
 // An F16 matrix whose int8 form came with it is kept in that form (HostMatrix).
-bool keeps_int8_form(const HostMatrix& h) {
-  return h.type == WeightType::F16 && h.q && h.scales && h.k % kW8Group == 0;
+bool keeps_int8_form(WeightType type, int64_t k, bool int8_form) {
+  return type == WeightType::F16 && int8_form && k % kW8Group == 0;
 }
+bool keeps_int8_form(const HostMatrix& h) { return keeps_int8_form(h.type, h.k, h.q && h.scales); }
 
 // Rows of the int8 form's tiles for n rows: n padded to a whole tile.
 int64_t i8f_tiled_rows(int64_t n) { return (n + kI8fTileRows - 1) / kI8fTileRows * kI8fTileRows; }
@@ -330,7 +331,7 @@ void CudaBackend::collect_download(uint64_t ticket, void* dst) {
 }
 
 size_t CudaBackend::matrix_bytes(WeightType type, int64_t n, int64_t k, bool int8_form) const {
-  return CudaMatrix::layout(type, n, k, type == WeightType::F16 && int8_form && k % kW8Group == 0).bytes;
+  return CudaMatrix::layout(type, n, k, keeps_int8_form(type, k, int8_form)).bytes;
 }
 
 std::unique_ptr<Matrix> CudaBackend::upload_matrix(const HostMatrix& m) {
