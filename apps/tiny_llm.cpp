@@ -309,6 +309,7 @@ int cmd_inspect(const std::string& path, bool json) {
                     {"n_vocab", c.n_vocab}, {"n_ctx_train", c.n_ctx_train}, {"rope_theta", c.rope_theta},
                     {"rms_eps", c.rms_eps}, {"tied_embeddings", c.tied_embeddings}, {"qkv_bias", c.qkv_bias}};
       j["model"]["rope_scaling"] = c.rope_scaling.empty() ? nlohmann::json(nullptr) : nlohmann::json(c.rope_scaling);
+      j["model"]["rope_attn_scale"] = c.rope_attn_scale;
     } catch (const std::exception& e) {
       j["model"] = nullptr;
       j["not_runnable"] = e.what();
@@ -331,11 +332,15 @@ int cmd_inspect(const std::string& path, bool json) {
   std::printf("%-40s %-6s %-20s %12zu\n", "total", "", "", total);
   try {
     const ModelConfig c = read_model_config(*f);
+    char magnitude[48] = "";
+    if (c.rope_attn_scale != 1.0f) {
+      std::snprintf(magnitude, sizeof magnitude, " (q and k x %.6g)", double(c.rope_attn_scale));
+    }
     std::printf("\nmodel: %s, %d layers, n_embd %d, n_ff %d, %d heads / %d KV heads (head_dim %d), n_vocab %d, "
-                "context %d, rope theta %g%s%s, rms eps %g, %s embeddings, %s QKV bias\n",
+                "context %d, rope theta %g%s%s%s, rms eps %g, %s embeddings, %s QKV bias\n",
                 c.arch.c_str(), c.n_layer, c.n_embd, c.n_ff, c.n_head, c.n_head_kv, c.head_dim, c.n_vocab,
                 c.n_ctx_train, double(c.rope_theta), c.rope_scaling.empty() ? "" : " scaled by ",
-                c.rope_scaling.c_str(), double(c.rms_eps), c.tied_embeddings ? "tied" : "separate",
+                c.rope_scaling.c_str(), magnitude, double(c.rms_eps), c.tied_embeddings ? "tied" : "separate",
                 c.qkv_bias ? "with" : "no");
   } catch (const std::exception& e) {
     std::printf("\nnot a runnable model: %s\n", e.what());
@@ -405,9 +410,19 @@ int cmd_logits(RunOptions& o, const std::string& tokens, const std::string& toke
   return 0;
 }
 
-int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const std::string& preset,
-              const std::string& weights, uint64_t seed, bool seed_given, bool quiet) {
-  check_output_path(out, "--output", /*regular_only=*/true);
+// What `tiny_llm synth` was asked for.
+struct SynthArgs {
+  std::string out, tokenizer_dir, preset = "qwen2.5-0.5b", weights = "q4_k_m";
+  uint64_t seed = 0;
+  bool seed_given = false, quiet = false;
+  std::string rope_scaling;  // "", "linear" or "yarn"
+  float rope_factor = 0.0f;
+  int rope_original_context = 0;
+};
+
+int cmd_synth(const SynthArgs& a) {
+  check_output_path(a.out, "--output", /*regular_only=*/true);
+  const std::string& preset = a.preset;
   SynthConfig c = preset == "tiny"          ? tiny_test_model()
                   : preset == "tiny-llama"  ? tiny_llama_test_model()
                   : preset == "tiny-llama2" ? tiny_llama2_test_model()
@@ -415,15 +430,21 @@ int cmd_synth(const std::string& out, const std::string& tokenizer_dir, const st
                   : preset == "tiny-nemo"   ? tiny_nemo_test_model()
                   : preset == "llama3.2-1b" ? llama32_1b_q4km()
                                             : qwen25_05b_q4km();
-  if (seed_given) c.seed = seed;
-  set_synth_weights(c, weights);
-  if (!tokenizer_dir.empty() && c.vocab != SynthVocab::ByteLevel) {
+  if (a.seed_given) c.seed = a.seed;
+  set_synth_weights(c, a.weights);
+  if (!a.tokenizer_dir.empty() && c.vocab != SynthVocab::ByteLevel) {
     throw AppError("--tokenizer-dir: the " + preset + " preset writes its own SentencePiece vocabulary");
   }
-  c.tokenizer_dir = tokenizer_dir;
-  Progress progress("writing " + out, quiet);
-  write_synth_model(c, out, [&](size_t d, size_t t) { progress.update(d, t); });
-  if (!quiet) std::fprintf(stderr, "wrote %s\n", out.c_str());
+  c.tokenizer_dir = a.tokenizer_dir;
+  if (!a.rope_scaling.empty()) {
+    if (!(a.rope_factor > 0.0f)) throw AppError("--rope-scaling " + a.rope_scaling + " needs a --rope-factor above 0");
+    c.rope_scaling = a.rope_scaling;
+    c.rope_factor = a.rope_factor;
+    c.rope_original_context = a.rope_original_context;
+  }
+  Progress progress("writing " + a.out, a.quiet);
+  write_synth_model(c, a.out, [&](size_t d, size_t t) { progress.update(d, t); });
+  if (!a.quiet) std::fprintf(stderr, "wrote %s\n", a.out.c_str());
   return 0;
 }
 
@@ -477,14 +498,12 @@ int main_body(int argc, char** argv) {
   l->add_flag("--no-special", lg.no_special, "treat special-token text in -p as plain text");
   l->add_option("-o,--output", lg_out, "output file")->required();
 
-  std::string synth_out, synth_tok, synth_preset = "qwen2.5-0.5b", synth_weights = "q4_k_m";
-  uint64_t synth_seed = 0;
-  bool synth_quiet = false;
+  SynthArgs sy;
   CLI::App* s = app.add_subcommand("synth", "write a synthetic GGUF model with random weights");
-  s->add_option("-o,--output", synth_out, "output GGUF file")->required();
-  s->add_option("--tokenizer-dir", synth_tok, "folder with a Hugging Face vocab.json + merges.txt to embed")
+  s->add_option("-o,--output", sy.out, "output GGUF file")->required();
+  s->add_option("--tokenizer-dir", sy.tokenizer_dir, "folder with a Hugging Face vocab.json + merges.txt to embed")
       ->check(CLI::ExistingDirectory);
-  s->add_option("--preset", synth_preset,
+  s->add_option("--preset", sy.preset,
                 "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), llama3.2-1b (Llama-3.2-1B-Instruct "
                 "Q4_K_M, with a byte-level vocabulary), tiny, tiny-llama, tiny-llama2 (with "
                 "a SentencePiece vocabulary and the Llama 2 chat template), tiny-llama3 (with Llama 3.1's "
@@ -492,15 +511,27 @@ int main_body(int argc, char** argv) {
                 "not n_embd / n_head, as Mistral-Nemo's)")
       ->check(CLI::IsMember(
           {"qwen2.5-0.5b", "llama3.2-1b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3", "tiny-nemo"}));
-  s->add_option("--weights", synth_weights,
+  s->add_option("--weights", sy.weights,
                 "how the weight matrices are stored (norm weights and biases stay f32): q4_k_m, llama.cpp's "
                 "mix (q4_k; q6_k for attn_v and ffn_down in some layers and for the output), or one type "
                 "for every matrix, the output too. Rows that are not whole blocks of the type fall back "
                 "as llama.cpp does: tq1_0, tq2_0 -> q4_0; q2_k, q3_k, iq4_xs -> iq4_nl; q4_k -> q5_0; "
                 "q5_k -> q5_1; q6_k -> q8_0")
       ->check(CLI::IsMember(synth_weight_names()));
-  CLI::Option* seed_opt = s->add_option("--seed", synth_seed, "random seed for the weights")->check(seed_validator());
-  s->add_flag("-q,--quiet", synth_quiet, "no progress");
+  CLI::Option* seed_opt = s->add_option("--seed", sy.seed, "random seed for the weights")->check(seed_validator());
+  s->add_flag("-q,--quiet", sy.quiet, "no progress");
+  CLI::Option* rope_opt =
+      s->add_option("--rope-scaling", sy.rope_scaling,
+                    "write rope.scaling.type: linear (every frequency divided by --rope-factor) or yarn")
+          ->check(CLI::IsMember({"linear", "yarn"}));
+  s->add_option("--rope-factor", sy.rope_factor, "rope.scaling.factor (with --rope-scaling)")
+      ->check(CLI::Range(1e-6f, 1e6f))
+      ->needs(rope_opt);
+  s->add_option("--rope-original-context", sy.rope_original_context,
+                "rope.scaling.original_context_length, the context YaRN scales from (with --rope-scaling "
+                "yarn; default: the file's context_length)")
+      ->check(CLI::Range(1, 1 << 24))
+      ->needs(rope_opt);
 
   // inspect, tokenize and synth compute nothing on a backend; they accept --backend so that scripts
   // can pass the same options to every subcommand.
@@ -519,8 +550,11 @@ int main_body(int argc, char** argv) {
   }
   if (l->parsed()) return cmd_logits(lg, lg_tokens, lg_tokens_file, lg_prompt, lg_out);
   if (s->parsed()) {
-    return cmd_synth(synth_out, synth_tok, synth_preset, synth_weights, synth_seed, seed_opt->count() > 0,
-                     synth_quiet);
+    sy.seed_given = seed_opt->count() > 0;
+    if (sy.rope_original_context > 0 && sy.rope_scaling != "yarn") {
+      throw AppError("--rope-original-context is for --rope-scaling yarn");
+    }
+    return cmd_synth(sy);
   }
   return 1;
 }

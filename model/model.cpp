@@ -101,28 +101,41 @@ void check_vocabulary(const GgufFile& f, int n_vocab) {
 }
 
 
-// Rope scaling as llama.cpp reads it: rope.scaling.factor (or the older rope.scale_linear) divides
-// every frequency when rope.scaling.type is linear (the default when a factor is given), and the
-// optional rope_freqs.weight tensor (Llama 3.1/3.2) divides pair j's frequency by its j-th value.
-// Types that change more than the frequencies (yarn, longrope) are refused, not approximated.
+// Rope scaling as llama.cpp reads it. rope.scaling.factor (or the older rope.scale_linear) is
+// applied by rope.scaling.type:
+// - linear (the default when a factor is given): every frequency is divided by the factor;
+// - yarn (YaRN's "NTK-by-parts"): pair j keeps its frequency where it turns more than kYarnBetaFast
+//   times over rope.scaling.original_context_length (default: context_length), is divided by the
+//   factor where it turns less than kYarnBetaSlow times, and is divided by a linear blend of the
+//   two between (llama.cpp's correction dims, floor and ceil of where those counts fall); the
+//   rotated q and k are multiplied by 1 + 0.1 ln(factor).
+// The optional rope_freqs.weight tensor (Llama 3.1/3.2) divides pair j's frequency by its j-th
+// value under every type, and rope.scaling.attn_factor multiplies the rotated q and k. Types that
+// need more than per-pair divisors and that magnitude (longrope) are refused, not approximated.
 void read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) {
   const int half = c.head_dim / 2;
+  const auto out_of_range = [&](const std::string& key, double v, const char* range) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    fail(f, "metadata '" + key + "' = " + buf + " is out of range (expected " + range + ")");
+  };
   double factor = 1.0;
   const std::string factor_key = f.find(a + "rope.scaling.factor") ? a + "rope.scaling.factor" : a + "rope.scale_linear";
   if (f.find(factor_key)) {
     factor = f.get_float(factor_key);
-    if (!std::isfinite(factor) || factor < 0.0 || factor > 1e6) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%g", factor);
-      fail(f, "metadata '" + factor_key + "' = " + buf + " is out of range (expected 0..1e6)");
-    }
+    if (!std::isfinite(factor) || factor < 0.0 || factor > 1e6) out_of_range(factor_key, factor, "0..1e6");
     if (factor == 0.0) factor = 1.0;  // llama.cpp: 0 means no scaling
   }
   const std::string type = f.get_string(a + "rope.scaling.type", factor != 1.0 ? "linear" : "none");
   if (type == "none") {
     factor = 1.0;
-  } else if (type != "linear") {
-    fail(f, "rope scaling type '" + printable(type) + "' is not supported (supported: none, linear, rope_freqs)");
+  } else if (type != "linear" && type != "yarn") {
+    fail(f, "rope scaling type '" + printable(type) + "' is not supported (supported: none, linear, yarn, rope_freqs)");
+  }
+  const std::string attn_key = a + "rope.scaling.attn_factor";
+  const double attn_factor = f.get_float(attn_key, 1.0);
+  if (!std::isfinite(attn_factor) || attn_factor <= 0.0 || attn_factor > 1e3) {
+    out_of_range(attn_key, attn_factor, "0 < value <= 1e3");
   }
   std::vector<float> per_pair(size_t(half), 1.0f);
   const TensorInfo* freqs = f.find_tensor("rope_freqs.weight");
@@ -139,13 +152,50 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) 
       if (!(v > 0.0f) || !std::isfinite(v)) fail(f, "tensor 'rope_freqs.weight' holds a value that is not finite and > 0");
     }
   }
-  if (factor == 1.0 && !freqs) return;
+  // Each pair's frequency divisor from the type alone.
+  std::vector<double> divisor(size_t(half), factor);
+  double magnitude = attn_factor;
+  if (type == "yarn") {
+    const std::string orig_key = a + "rope.scaling.original_context_length";
+    const int orig = f.find(orig_key) ? positive_int(f, orig_key, 1 << 24) : c.n_ctx_train;
+    const YarnRamp ramp = yarn_ramp(c.head_dim, orig, c.rope_theta);
+    for (int j = 0; j < half; ++j) {
+      const double mix = ramp.extrapolated_share(j);
+      divisor[size_t(j)] = 1.0 / ((1.0 - mix) / factor + mix);
+    }
+    if (factor > 1.0) magnitude *= 1.0 + 0.1 * std::log(factor);
+    // The context the scaling is for: the original one times the factor, where that is longer than
+    // context_length (converters write the original there, as Qwen2.5's config has it).
+    c.n_ctx_train = int(std::min(std::max(double(c.n_ctx_train), double(orig) * factor), double(1 << 24)));
+  }
+  c.rope_attn_scale = float(magnitude);
+  const bool scaled = factor != 1.0;
+  if (!scaled && !freqs) return;
   c.rope_freq_factors.resize(size_t(half));
-  for (int j = 0; j < half; ++j) c.rope_freq_factors[size_t(j)] = float(double(per_pair[size_t(j)]) * factor);
-  c.rope_scaling = factor != 1.0 ? (freqs ? "linear + rope_freqs" : "linear") : "rope_freqs";
+  for (int j = 0; j < half; ++j) {
+    c.rope_freq_factors[size_t(j)] = float(double(per_pair[size_t(j)]) * divisor[size_t(j)]);
+  }
+  c.rope_scaling = scaled ? (freqs ? type + " + rope_freqs" : type) : "rope_freqs";
 }
 
 }  // namespace
+
+YarnRamp yarn_ramp(int head_dim, int original_context, float rope_theta) {
+  // In float, as llama.cpp's ggml_rope_yarn_corr_dims, so that floor and ceil fall the same way.
+  const float pi = 3.14159265358979323846f;
+  const auto dim_of = [&](float turns) {
+    return float(head_dim) * std::log(float(original_context) / (turns * 2.0f * pi)) / (2.0f * std::log(rope_theta));
+  };
+  YarnRamp r;
+  r.low = std::max(0.0f, std::floor(dim_of(kYarnBetaFast)));
+  r.high = std::min(float(head_dim - 1), std::ceil(dim_of(kYarnBetaSlow)));
+  return r;
+}
+
+double YarnRamp::extrapolated_share(int j) const {
+  const float y = (float(j) - low) / std::max(0.001f, high - low);
+  return 1.0 - double(std::min(1.0f, std::max(0.0f, y)));
+}
 
 std::string fit_error(const ModelFootprint& need, const MemoryInfo& mem, const std::string& device, int n_ctx) {
   if (mem.device_total == 0) return "";
@@ -408,7 +458,8 @@ void Model::run_layers(int m, const int32_t* pos, const int32_t* n_kv, int32_t p
   float* qkv = qkv_.as<float>();
   half_t* attn = attn_.as<half_t>();
   half_t* ffn = ffn_.as<half_t>();
-  const float scale = 1.0f / std::sqrt(float(c.head_dim));
+  // rope_attn_scale multiplies the rotated q and k alike, so their product takes its square.
+  const float scale = c.rope_attn_scale * c.rope_attn_scale / std::sqrt(float(c.head_dim));
 
   for (int l = 0; l < c.n_layer; ++l) {
     Layer& L = *layers_[size_t(l)];

@@ -44,12 +44,19 @@ struct ModelConfig {
   int n_head_kv = 0;
   int head_dim = 0;        // attention.key_length (= value_length), or n_embd / n_head without it
   int n_vocab = 0;
-  int n_ctx_train = 0;     // context length the model was trained for
+  // Context length the model was trained for; with YaRN, its original context times the factor
+  // where that is longer (the context the scaling is for).
+  int n_ctx_train = 0;
   float rope_theta = 10000.0f;
   // Rope scaling: pair j's frequency theta^(-2j/head_dim) is divided by rope_freq_factors[j], the
-  // product of Llama 3's rope_freqs.weight and a linear rope.scaling.factor. Empty: no scaling.
+  // product of Llama 3's rope_freqs.weight and the divisor of rope.scaling.type (linear: the
+  // factor; yarn: from 1 to the factor along the pairs, see YarnRamp). Empty: no scaling.
   std::vector<float> rope_freq_factors;  // (head_dim/2) or empty
-  std::string rope_scaling;              // "" (none), "linear", "rope_freqs" or "linear + rope_freqs"
+  // "" (none), "linear", "yarn" or "rope_freqs", or "linear + rope_freqs", "yarn + rope_freqs"
+  std::string rope_scaling;
+  // What rope scaling multiplies the rotated q and k by: YaRN's 1 + 0.1 ln(factor) times
+  // rope.scaling.attn_factor. Attention's logits take its square.
+  float rope_attn_scale = 1.0f;
   float rms_eps = 1e-6f;
   RopeMode rope_mode = RopeMode::Normal;
   bool tied_embeddings = false;  // no output.weight: lm_head is token_embd
@@ -65,6 +72,22 @@ struct ModelConfig {
 
 // Reads and checks the hyper-parameters. Throws ModelError("<file>: <problem>").
 ModelConfig read_model_config(const GgufFile& f);
+
+// How YaRN splits a head's rotation pairs, as llama.cpp computes it (its "correction dims"): pair j
+// turns (theta^(-2j/head_dim) radians a position) over the original context about
+// original / (2 pi theta^(2j/head_dim)) times. Pairs up to `low`, the last that turns at least
+// kYarnBetaFast times, keep their frequency; pairs from `high`, the first that turns under
+// kYarnBetaSlow times, are divided by the factor; between them the share kept falls linearly.
+constexpr float kYarnBetaFast = 32.0f;
+constexpr float kYarnBetaSlow = 1.0f;
+struct YarnRamp {
+  float low = 0.0f;
+  float high = 0.0f;
+  // The share of pair j's frequency that is kept rather than divided by the factor: 1 up to low,
+  // 0 from high on.
+  double extrapolated_share(int j) const;
+};
+YarnRamp yarn_ramp(int head_dim, int original_context, float rope_theta);
 
 struct LoadOptions {
   int n_ctx = 4096;        // KV cache rows; capped at the model's training context

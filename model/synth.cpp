@@ -118,6 +118,18 @@ void validate(const SynthConfig& c) {
   if (!c.rope_freqs.empty() && int(c.rope_freqs.size()) != c.head_width() / 2) {
     bad_config("rope_freqs has " + std::to_string(c.rope_freqs.size()) + " values, expected head_dim/2");
   }
+  if (!c.rope_scaling.empty() && c.rope_scaling != "linear" && c.rope_scaling != "yarn") {
+    bad_config("rope scaling '" + c.rope_scaling + "' (linear or yarn)");
+  }
+  if (!c.rope_scaling.empty() && !(c.rope_factor > 0.0f && c.rope_factor <= 1e6f)) {
+    bad_config("rope factor " + std::to_string(c.rope_factor) + " is not in (0, 1e6]");
+  }
+  if (c.rope_original_context < 0 || (c.rope_original_context > 0 && c.rope_scaling != "yarn")) {
+    bad_config("an original context (" + std::to_string(c.rope_original_context) + ") is for yarn rope scaling only");
+  }
+  if (!(c.rope_attn_factor >= 0.0f && c.rope_attn_factor <= 1e3f)) {
+    bad_config("rope attn_factor " + std::to_string(c.rope_attn_factor) + " is not in [0, 1e3]");
+  }
   if (c.mix == SynthMix::Uniform && !can_quantize(c.weight_type)) {
     bad_config(std::string("weight type ") + ggml_type_name(c.weight_type) + " cannot be written");
   }
@@ -570,6 +582,14 @@ void write_synth_model(const SynthConfig& c, const std::string& path,
   }
   w.set_u32(a + "rope.dimension_count", uint32_t(c.head_width()));
   w.set_f32(a + "rope.freq_base", c.rope_theta);
+  if (!c.rope_scaling.empty()) {
+    w.set_string(a + "rope.scaling.type", c.rope_scaling);
+    w.set_f32(a + "rope.scaling.factor", c.rope_factor);
+    if (c.rope_original_context > 0) {
+      w.set_u32(a + "rope.scaling.original_context_length", uint32_t(c.rope_original_context));
+    }
+  }
+  if (c.rope_attn_factor > 0.0f) w.set_f32(a + "rope.scaling.attn_factor", c.rope_attn_factor);
   w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   const bool spm = !vocab.scores.empty();
   w.set_string("tokenizer.ggml.model", vocab.model);

@@ -60,6 +60,13 @@ struct SynthConfig {
   // (head_dim/2) divisors of the rope frequencies, written as rope_freqs.weight (F32) as llama.cpp
   // writes Llama 3.1's rope scaling; empty: no such tensor.
   std::vector<float> rope_freqs;
+  // rope.scaling.type, written when not empty: "linear" or "yarn", with rope.scaling.factor
+  // rope_factor (> 0) and, for yarn where rope_original_context > 0,
+  // rope.scaling.original_context_length.
+  std::string rope_scaling;
+  float rope_factor = 1.0f;
+  int rope_original_context = 0;
+  float rope_attn_factor = 0.0f;  // rope.scaling.attn_factor, written when > 0
   SynthMix mix = SynthMix::Q4_K_M;
   GgmlType weight_type = GgmlType::Q8_0;  // mix Uniform: the matrices' type (can_quantize)
   uint64_t seed = 0x7116e11a5eedull;

@@ -6,7 +6,8 @@ builds llama.cpp from source with cmake, CPU only, `gguf` and `numpy`, e.g. pyth
 /tmp/venv-llamacpp && /tmp/venv-llamacpp/bin/pip install llama-cpp-python gguf numpy):
     /tmp/venv-llamacpp/bin/python scripts/check_llama_cpp.py [MODEL.gguf ...]
         [--tiny-llm ./build/tiny_llm] [--weights q4_k_m,q8_0] [--preset qwen2.5-0.5b]
-        [--tokenizer-dir DIR] [--vocab-prefix N] [--no-ref] [--n-gen 32] [--threads 2] [--json]
+        [--tokenizer-dir DIR] [--vocab-prefix N] [--synth-args ARGS] [--no-ref] [--n-gen 32]
+        [--threads 2] [--no-extra-bufts] [--json]
 
 MODEL defaults to synthetic models that `tiny_llm synth` writes into a temporary folder, one per
 --weights type, with the shapes of --preset and the vocabulary of --tokenizer-dir (default
@@ -78,14 +79,14 @@ the closer of the two to the reference.
 Exit status 0 when every check passes; 1 on bad input (a missing file or program, a file
 llama.cpp cannot load, llama_cpp, gguf or numpy not importable), with one line on stderr; 2 when
 a check fails: a tokenization that differs, a reference as above that fails, or a `generate`
-text that does not begin as predicted. On the SentencePiece presets (tiny-llama2) the
-last one fails where the greedy run reaches a padding token of type unused: tiny-llm prints its
-text ("[PAD313]"), llama.cpp prints nothing for it.
+text that does not begin as predicted (tokens of type unused, such as the padding pieces of the
+SentencePiece presets, write nothing in either engine).
 """
 
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -250,16 +251,31 @@ def vocab_prefix(tokenizer_dir, n, tmp):
     return out
 
 
-def synth_models(tiny_llm, preset, weights, tokenizer_dir, tmp):
+def synth_models(tiny_llm, preset, weights, tokenizer_dir, extra, tmp):
     paths = []
     for w in weights:
         path = os.path.join(tmp, f"{preset}-{w}.gguf")
-        cmd = [tiny_llm, "synth", "-q", "--preset", preset, "--weights", w, "-o", path]
+        cmd = [tiny_llm, "synth", "-q", "--preset", preset, "--weights", w, "-o", path] + extra
         if tokenizer_dir:
             cmd += ["--tokenizer-dir", tokenizer_dir]
         run(cmd)
         paths.append(path)
     return paths
+
+
+def without_extra_bufts(llama_cpp):
+    """Has every model load with llama.cpp's extra buffer types off (use_extra_bufts = false): its
+    weights then stay in the file's layout, with no AMX or runtime repacking. llama-cpp-python
+    0.3.36's AMX matrix product crashed (SIGSEGV in ggml_backend_amx_mul_mat) on a CPU with
+    AMX_INT8."""
+    defaults = llama_cpp.llama_cpp.llama_model_default_params
+
+    def params():
+        p = defaults()
+        p.use_extra_bufts = False
+        return p
+
+    llama_cpp.llama_cpp.llama_model_default_params = params
 
 
 def load_llama(llama_cpp, model, threads):
@@ -438,10 +454,15 @@ def main():
     ap.add_argument("--vocab-prefix", type=int, default=0, metavar="N",
                     help="synthesise with the first N ids of --tokenizer-dir's vocabulary and the merges among "
                          "them (for a preset with fewer tokens: llama3.2-1b with 128000)")
+    ap.add_argument("--synth-args", default="", metavar="ARGS",
+                    help="more arguments for tiny_llm synth, e.g. '--rope-scaling yarn --rope-factor 4'")
     ap.add_argument("--n-gen", type=int, default=32, help="greedy tokens to compare")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     ap.add_argument("--no-ref", action="store_true",
                     help="skip the reference: llama.cpp on a dequantised f32 copy of each model")
+    ap.add_argument("--no-extra-bufts", action="store_true",
+                    help="load without llama.cpp's extra buffer types (AMX, repacked weights), whose AMX "
+                         "kernels crash on some CPUs")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
     try:
@@ -456,6 +477,8 @@ def main():
             import llama_cpp
         except ImportError as e:
             raise InputError(f"cannot import llama_cpp ({e}); pip install llama-cpp-python")
+        if args.no_extra_bufts:
+            without_extra_bufts(llama_cpp)
         with tempfile.TemporaryDirectory() as tmp:
             models = args.models
             if not models:
@@ -465,7 +488,8 @@ def main():
                     if not tokenizer_dir:
                         raise InputError("--vocab-prefix needs a --tokenizer-dir")
                     tokenizer_dir = vocab_prefix(tokenizer_dir, args.vocab_prefix, tmp)
-                models = synth_models(args.tiny_llm, args.preset, weights, tokenizer_dir, tmp)
+                models = synth_models(args.tiny_llm, args.preset, weights, tokenizer_dir,
+                                      shlex.split(args.synth_args), tmp)
             results = [check_model(llama_cpp, args, m, tmp) for m in models]
     except InputError as e:
         print(f"check_llama_cpp.py: {e}", file=sys.stderr)

@@ -168,6 +168,19 @@ TEST(Synth, RejectsInconsistentConfigs) {
   c.rope_freqs.assign(8, 1.0f);  // n_embd / n_head / 2, not head_dim / 2
   expect_error(c, "rope_freqs has 8 values, expected head_dim/2");
   c = tiny_test_model();
+  c.rope_scaling = "longrope";
+  expect_error(c, "rope scaling 'longrope' (linear or yarn)");
+  c.rope_scaling = "yarn";
+  c.rope_factor = 0.0f;
+  expect_error(c, "rope factor 0.000000 is not in (0, 1e6]");
+  c.rope_scaling = "linear";
+  c.rope_factor = 2.0f;
+  c.rope_original_context = 64;
+  expect_error(c, "an original context (64) is for yarn rope scaling only");
+  c = tiny_test_model();
+  c.rope_attn_factor = -1.0f;
+  expect_error(c, "rope attn_factor -1.000000 is not in [0, 1e3]");
+  c = tiny_test_model();
   c.n_vocab = 200;
   expect_error(c, "n_vocab 200 is smaller than the 259 tokens");
   c = tiny_test_model();
@@ -219,6 +232,26 @@ TEST(Synth, TinyModelReopensWithTheDeclaredTensors) {
   for (size_t i = 1; i < t.progress.size(); ++i) EXPECT_GE(t.progress[i].first, t.progress[i - 1].first);
   EXPECT_EQ(t.progress.back().first, t.progress.back().second);
   EXPECT_LT(t.progress.back().second, f.file_size());
+}
+
+// Rope scaling keys: written where the config asks for them, and only there.
+TEST(Synth, RopeScalingKeys) {
+  {
+    TinyFile t(tiny_test_model());
+    EXPECT_EQ(t.file->find("qwen2.rope.scaling.type"), nullptr);
+    EXPECT_EQ(t.file->find("qwen2.rope.scaling.factor"), nullptr);
+    EXPECT_EQ(t.file->find("qwen2.rope.scaling.attn_factor"), nullptr);
+  }
+  SynthConfig c = tiny_test_model();
+  c.rope_scaling = "yarn";
+  c.rope_factor = 4.0f;
+  c.rope_original_context = 64;
+  c.rope_attn_factor = 0.75f;
+  TinyFile t(c);
+  EXPECT_EQ(t.file->get_string("qwen2.rope.scaling.type"), "yarn");
+  EXPECT_EQ(t.file->get_float("qwen2.rope.scaling.factor"), 4.0);
+  EXPECT_EQ(t.file->get_int("qwen2.rope.scaling.original_context_length"), 64);
+  EXPECT_EQ(t.file->get_float("qwen2.rope.scaling.attn_factor"), 0.75);
 }
 
 TEST(Synth, TinyModelMetadata) {

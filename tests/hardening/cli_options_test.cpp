@@ -123,6 +123,15 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--seed", "-1"}, {"--seed"}},
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--weights", "Q4_K_M"}, {"--weights", "Q4_K_M"}},
       {{t, "synth", "-o", dir.file("no/such/dir/x.gguf"), "--preset", "tiny", "-q"}, {"no/such/dir/x.gguf"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "ntk"}, {"--rope-scaling", "ntk"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "yarn"},
+       {"--rope-scaling yarn needs a --rope-factor above 0"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-factor", "4"}, {"--rope-factor", "requires"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "yarn", "--rope-factor", "-4"},
+       {"--rope-factor"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "linear", "--rope-factor", "2",
+        "--rope-original-context", "64"},
+       {"--rope-original-context is for --rope-scaling yarn"}},
   });
 }
 

@@ -207,12 +207,32 @@ void write_edited(const GgufFile& src, const std::string& path, const ModelEdit&
     w.add_tensor(name, spec.first, spec.second);
     sources.push_back(nullptr);
   }
+  std::vector<std::string> names;
+  for (const TensorInfo& t : src.tensors()) {
+    if (!edit.drop_tensors.count(t.name)) names.push_back(t.name);
+  }
+  for (const auto& [name, spec] : edit.add_tensors) names.push_back(name);
   w.write(path, [&](size_t index, uint8_t* dst, size_t bytes) {
     const TensorInfo* t = sources[index];
     if (t && t->bytes == bytes) {
       std::memcpy(dst, t->data, bytes);
     } else {
       std::memset(dst, 0, bytes);
+    }
+    if (auto v = edit.f32_values.find(names[index]); v != edit.f32_values.end()) {
+      if (v->second.size() * sizeof(float) != bytes) {
+        throw std::runtime_error("f32_values: wrong count for " + v->first);
+      }
+      std::memcpy(dst, v->second.data(), bytes);
+    }
+    if (auto k = edit.f32_scale.find(names[index]); k != edit.f32_scale.end()) {
+      if (!t || t->type != GgmlType::F32) throw std::runtime_error("f32_scale: " + k->first + " is not an F32 tensor");
+      for (size_t i = 0; i < bytes; i += sizeof(float)) {
+        float v;
+        std::memcpy(&v, dst + i, sizeof v);
+        v *= k->second;
+        std::memcpy(dst + i, &v, sizeof v);
+      }
     }
   });
 }

@@ -58,6 +58,10 @@ struct ModelEdit {
   std::map<std::string, GgmlType> retype;               // new type; the data is zeros
   // Tensors appended after the others: name -> (type, dims); the data is zeros.
   std::map<std::string, std::pair<GgmlType, std::vector<int64_t>>> add_tensors;
+  // F32 tensors, of the file or added, written with these values (as many as the tensor holds).
+  std::map<std::string, std::vector<float>> f32_values;
+  // F32 tensors of the file written with every value multiplied by the factor.
+  std::map<std::string, float> f32_scale;
 };
 void write_edited(const GgufFile& src, const std::string& path, const ModelEdit& edit);
 

@@ -9,6 +9,7 @@
 //     read_model_config rejects it).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -17,6 +18,7 @@
 #include "backend/backend.h"
 #include "hardening/hardening_util.h"
 #include "model/model.h"
+#include "model/synth.h"
 #include "model/tokenizer.h"
 
 namespace tllm::test {
@@ -136,8 +138,19 @@ std::vector<ModelCase> model_cases(const GgufFile& base) {
   add("rope-theta-zero", set_key(a + "rope.freq_base", f32_value(0.0f)), Stage::Config, "rope.freq_base must be > 1");
   add("rope-theta-nan", set_key(a + "rope.freq_base", f32_value(std::nanf(""))), Stage::Config,
       "rope.freq_base must be > 1");
-  add("rope-scaling-yarn", set_key(a + "rope.scaling.type", string_value("yarn")), Stage::Config,
-      "rope scaling type 'yarn' is not supported");
+  add("rope-scaling-longrope", set_key(a + "rope.scaling.type", string_value("longrope")), Stage::Config,
+      "rope scaling type 'longrope' is not supported (supported: none, linear, yarn, rope_freqs)");
+  {
+    ModelEdit e = set_key(a + "rope.scaling.type", string_value("yarn"));
+    e.set_keys[a + "rope.scaling.factor"] = f32_value(4.0f);
+    e.set_keys[a + "rope.scaling.original_context_length"] = u32_value(0);
+    add("yarn-original-context-zero", e, Stage::Config,
+        "metadata 'qwen2.rope.scaling.original_context_length' = 0 is out of range");
+  }
+  add("rope-attn-factor-zero", set_key(a + "rope.scaling.attn_factor", f32_value(0.0f)), Stage::Config,
+      "metadata 'qwen2.rope.scaling.attn_factor' = 0 is out of range (expected 0 < value <= 1e3)");
+  add("rope-attn-factor-nan", set_key(a + "rope.scaling.attn_factor", f32_value(std::nanf(""))), Stage::Config,
+      "metadata 'qwen2.rope.scaling.attn_factor' = nan is out of range");
   add("rope-scaling-factor-negative", set_key(a + "rope.scaling.factor", f32_value(-2.0f)), Stage::Config,
       "metadata 'qwen2.rope.scaling.factor' = -2 is out of range");
   add("rope-scale-linear-nan", set_key(a + "rope.scale_linear", f32_value(std::nanf(""))), Stage::Config,
@@ -312,6 +325,155 @@ TEST(ModelChecks, LinearRopeScalingIsRead) {
     EXPECT_EQ(c.rope_freq_factors, cases[i].factors) << "case " << i;
     EXPECT_EQ(c.rope_scaling, cases[i].scaling) << "case " << i;
   }
+}
+
+// YaRN as llama.cpp reads it. The base model's heads are 16 wide (8 pairs) with rope theta 1e6; over
+// an original context of 64 positions pair j turns 64 / (2 pi 1e6^(j/8)) times: 10.2 for pair 0,
+// 1.8 for pair 1, 0.3 for pair 2. So llama.cpp's correction dims are low = 0 (no pair turns 32
+// times; the dim where one would is -0.66, floored, clamped to 0) and high = 2 (the dim where a pair
+// turns once is 1.34, ceiled): pair 0 keeps its frequency, pair 1 half of it (divisor
+// 1 / (0.5 / 4 + 0.5) = 1.6 at factor 4), pairs 2 to 7 are divided by 4. q and k are multiplied by
+// 1 + 0.1 ln 4, and by rope.scaling.attn_factor where the file gives one.
+TEST(ModelChecks, YarnRopeScalingIsRead) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string a = "qwen2.";
+  const auto yarn = [&](float factor, uint32_t original) {
+    ModelEdit e = set_key(a + "rope.scaling.type", string_value("yarn"));
+    e.set_keys[a + "rope.scaling.factor"] = f32_value(factor);
+    if (original) e.set_keys[a + "rope.scaling.original_context_length"] = u32_value(original);
+    return e;
+  };
+  const auto read = [&](const std::string& name, const ModelEdit& e) {
+    const std::string path = dir.file(name + ".gguf");
+    write_edited(*base, path, e);
+    return read_model_config(*GgufFile::open(path));
+  };
+  const float magnitude = float(1.0 + 0.1 * std::log(4.0));
+  {
+    const ModelConfig c = read("yarn", yarn(4.0f, 64));
+    EXPECT_EQ(c.rope_scaling, "yarn");
+    EXPECT_EQ(c.rope_freq_factors, (std::vector<float>{1.0f, 1.6f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f}));
+    EXPECT_FLOAT_EQ(c.rope_attn_scale, magnitude);
+    EXPECT_EQ(c.n_ctx_train, 256);  // the file's context: 64 x 4 is no longer
+  }
+  {
+    // Over an original context of 128 positions pair 1 turns 3.6 times, pair 2 0.64 times: the
+    // dims are those of 64 (-0.26 and 1.75), and the scaling reaches 128 x 4 = 512 positions,
+    // beyond the file's 256. attn_factor multiplies YaRN's magnitude.
+    ModelEdit e = yarn(4.0f, 128);
+    e.set_keys[a + "rope.scaling.attn_factor"] = f32_value(0.5f);
+    const ModelConfig c = read("yarn128", e);
+    EXPECT_EQ(c.rope_freq_factors, (std::vector<float>{1.0f, 1.6f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f}));
+    EXPECT_FLOAT_EQ(c.rope_attn_scale, 0.5f * magnitude);
+    EXPECT_EQ(c.n_ctx_train, 512);
+  }
+  {
+    // Without original_context_length, context_length (256) is the original: the dims are 0.14
+    // floored and 2.15 ceiled, low 0 and high 3, so pairs 1 and 2 keep 2/3 and 1/3 of their
+    // frequency: divisors 1 / (1/6 + 2/3) and 1 / (1/3 + 1/3) at factor 2.
+    const ModelConfig c = read("yarn-no-original", yarn(2.0f, 0));
+    ASSERT_EQ(c.rope_freq_factors.size(), 8u);
+    EXPECT_EQ(c.rope_freq_factors[0], 1.0f);
+    EXPECT_FLOAT_EQ(c.rope_freq_factors[1], 1.2f);
+    EXPECT_FLOAT_EQ(c.rope_freq_factors[2], 1.5f);
+    EXPECT_EQ(c.rope_freq_factors[3], 2.0f);
+    EXPECT_EQ(c.n_ctx_train, 512);
+  }
+  {
+    // A factor of 1 changes nothing; attn_factor alone scales q and k under no rope scaling.
+    const ModelConfig one = read("yarn-one", yarn(1.0f, 64));
+    EXPECT_TRUE(one.rope_freq_factors.empty());
+    EXPECT_EQ(one.rope_attn_scale, 1.0f);
+    const ModelConfig attn = read("attn-factor", set_key(a + "rope.scaling.attn_factor", f32_value(1.25f)));
+    EXPECT_TRUE(attn.rope_freq_factors.empty());
+    EXPECT_EQ(attn.rope_scaling, "");
+    EXPECT_EQ(attn.rope_attn_scale, 1.25f);
+  }
+}
+
+// The correction dims of Qwen2.5's YaRN configuration (heads of 64, rope theta 1e6, an original
+// context of 32,768): pair j turns 32768 / (2 pi 1e6^(j/32)) times over it, 32 times at j = 11.80
+// and once at j = 19.83, so pairs up to 11 keep their frequency and pairs from 20 on are divided
+// by the factor.
+TEST(ModelChecks, YarnRampOfQwen25) {
+  const YarnRamp r = yarn_ramp(64, 32768, 1e6f);
+  EXPECT_EQ(r.low, 11.0f);
+  EXPECT_EQ(r.high, 20.0f);
+  EXPECT_EQ(r.extrapolated_share(11), 1.0);
+  EXPECT_NEAR(r.extrapolated_share(14), 6.0 / 9.0, 1e-6);
+  EXPECT_EQ(r.extrapolated_share(20), 0.0);
+}
+
+// Every position's logits of a model on the CPU backend.
+std::vector<float> cpu_logits(const std::string& path, int n_tokens) {
+  auto f = GgufFile::open(path);
+  auto be = create_backend("cpu");
+  LoadOptions opt;
+  opt.n_ctx = 64;
+  auto m = Model::load(*f, *be, opt);
+  const int V = m->config().n_vocab;
+  std::vector<int32_t> toks;
+  for (int i = 0; i < n_tokens; ++i) toks.push_back(int32_t((i * 37 + 11) % V));
+  std::vector<float> out(size_t(n_tokens) * size_t(V));
+  m->prefill(toks.data(), n_tokens, 0, [&](int row, const float* l, int n) {
+    std::copy(l, l + n, out.begin() + long(row) * V);
+  });
+  return out;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  float d = 0.0f;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
+  return d;
+}
+
+// rope.scaling.attn_factor multiplies the rotated q and k. Rope is linear, so that is the model
+// whose q and k projections (weights and biases) are that many times larger: with a factor of 2
+// every rounding on the way (int8 codes, fp16 scales, the fp16 KV cache) scales exactly, and the
+// logits agree to float rounding. Against the unedited model they differ.
+TEST(ModelChecks, RopeAttnFactorIsLargerQAndK) {
+  SynthConfig sc = tiny_test_model();
+  set_synth_weights(sc, "f32");
+  ScratchDir dir;
+  const std::string plain = dir.file("f32.gguf");
+  write_synth_model(sc, plain);
+  auto base = GgufFile::open(plain);
+  const std::string factor_path = dir.file("attn-factor.gguf"), weights_path = dir.file("qk-x2.gguf");
+  write_edited(*base, factor_path, set_key("qwen2.rope.scaling.attn_factor", f32_value(2.0f)));
+  ModelEdit larger;
+  for (int l = 0; l < sc.n_layer; ++l) {
+    for (const char* t : {"attn_q.weight", "attn_q.bias", "attn_k.weight", "attn_k.bias"}) {
+      larger.f32_scale["blk." + std::to_string(l) + "." + t] = 2.0f;
+    }
+  }
+  write_edited(*base, weights_path, larger);
+  const std::vector<float> by_factor = cpu_logits(factor_path, 12), by_weights = cpu_logits(weights_path, 12);
+  const std::vector<float> unscaled = cpu_logits(plain, 12);
+  EXPECT_LE(max_abs_diff(by_factor, by_weights), 1e-5f);
+  EXPECT_GT(max_abs_diff(by_factor, unscaled), 1e-2f);
+}
+
+// A YaRN file runs as the same file with its per-pair divisors in rope_freqs.weight and its
+// magnitude as rope.scaling.attn_factor (the divisors and magnitude of YarnRopeScalingIsRead).
+TEST(ModelChecks, YarnIsItsDivisorsAndMagnitude) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string a = "qwen2.";
+  ModelEdit yarn = set_key(a + "rope.scaling.type", string_value("yarn"));
+  yarn.set_keys[a + "rope.scaling.factor"] = f32_value(4.0f);
+  yarn.set_keys[a + "rope.scaling.original_context_length"] = u32_value(64);
+  ModelEdit spelled = set_key(a + "rope.scaling.attn_factor", f32_value(float(1.0 + 0.1 * std::log(4.0))));
+  spelled.add_tensors["rope_freqs.weight"] = {GgmlType::F32, {8}};
+  spelled.f32_values["rope_freqs.weight"] = {1.0f, 1.6f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f};
+  const std::string yarn_path = dir.file("yarn.gguf"), spelled_path = dir.file("spelled.gguf");
+  write_edited(*base, yarn_path, yarn);
+  write_edited(*base, spelled_path, spelled);
+  const std::vector<float> y = cpu_logits(yarn_path, 24), s = cpu_logits(spelled_path, 24);
+  EXPECT_EQ(max_abs_diff(y, s), 0.0f);
+  // The base model's attention is nearly flat (small random weights), so rope scaling moves its
+  // logits by thousandths (3.3e-3 measured).
+  EXPECT_GT(max_abs_diff(y, cpu_logits(base_model_path(), 24)), 1e-3f);
 }
 
 // The type column of a tensor's row in inspect's table; "(not listed)" when it has no row.

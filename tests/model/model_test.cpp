@@ -50,6 +50,16 @@ SynthConfig wide_heads_test_model() {
   return c;
 }
 
+// tiny_test_model with YaRN rope scaling (factor 4 over an original context of 64 positions).
+SynthConfig yarn_test_model() {
+  SynthConfig c = tiny_test_model();
+  c.name = "Synthetic tiny qwen2 with YaRN";
+  c.rope_scaling = "yarn";
+  c.rope_factor = 4.0f;
+  c.rope_original_context = 64;
+  return c;
+}
+
 // Synthetic model files are written once per test run into the build tree.
 std::string synth_file(const std::string& preset) {
   static std::map<std::string, std::string> made;
@@ -64,6 +74,7 @@ std::string synth_file(const std::string& preset) {
                   : preset == "nemo"         ? tiny_nemo_test_model()
                   : preset == "narrow_heads" ? narrow_heads_test_model()
                   : preset == "wide_heads"   ? wide_heads_test_model()
+                  : preset == "yarn"         ? yarn_test_model()
                                              : qwen25_05b_q4km();
   // Written under a name of this process's own, then renamed into place: the cpu and cuda runs of
   // model_test, which ctest may start at once, both write these files, and neither may read the
@@ -777,6 +788,19 @@ TEST(CudaEndToEnd, TinyLlama3RopeScalingMatchesCpu_cuda) {
   const auto toks = test_prompt(40, V);
   expect_same_top1_and_close(all_logits(*cpu.model, toks), all_logits(*gpu.model, toks), V, "tiny llama 3 prompt");
   expect_decode_steps_match_cpu(*cpu.model, *gpu.model, int(toks.size()), 16, "tiny llama 3");
+}
+
+// YaRN (per-pair frequency divisors, q and k scaled) on CUDA as on the CPU oracle.
+TEST(CudaEndToEnd, TinyYarnRopeScalingMatchesCpu_cuda) {
+  if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
+  const std::string path = synth_file("yarn");
+  Loaded cpu = load(path, "cpu", 256, 64);
+  Loaded gpu = load(path, "cuda", 256, 64);
+  ASSERT_EQ(cpu.model->config().rope_scaling, "yarn");
+  const int V = cpu.model->config().n_vocab;
+  const auto toks = test_prompt(40, V);
+  expect_same_top1_and_close(all_logits(*cpu.model, toks), all_logits(*gpu.model, toks), V, "tiny yarn prompt");
+  expect_decode_steps_match_cpu(*cpu.model, *gpu.model, int(toks.size()), 16, "tiny yarn");
 }
 
 // Heads whose width is not n_embd / n_head (attention.key_length) on CUDA as on the CPU oracle:
