@@ -106,6 +106,10 @@
 //       of its one tile), and a warp whose rows all lie past m only helps with the copies. Measured on
 //       an H200, TTFT of the "你好" chat prompt (30 tokens): 1.068–1.076 → 1.048–1.050 ms. The first
 //       tile's copies are requested before q is read, so that the two trips to memory overlap.
+//       Heads of 64 and 128 (and narrower ones padded to them) only.
+//   attention_prefill_generic_kernel  heads wider than 128, up to 256 (Falcon3's): one warp per
+//       query row of one head, lanes over the head_dim, 4 cache rows scored at a time, online
+//       softmax and P·V in fp32, K and V read from L2 by every row.
 #include <algorithm>
 #include <cmath>
 
@@ -1177,6 +1181,79 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
   }
 }
 
+// Heads wider than the tensor-core kernel holds (kPrefillMaxHeadDim < head_dim <= kMaxHeadDim): one
+// warp per query row of one head, lanes over the head_dim (lane + 32·i), kPrefillGenericKeys cache
+// rows scored at once, an online softmax in fp32 and fp32 weights for P·V. K and V come from L2,
+// read again by every row and head of the group.
+constexpr int kPrefillGenericWarps = 4;
+constexpr int kPrefillGenericKeys = 4;
+
+template <bool kPosInMemory>
+__global__ void __launch_bounds__(32 * kPrefillGenericWarps) attention_prefill_generic_kernel(const PrefillArgs a) {
+  constexpr int kPer = kMaxHeadDim / 32;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int row = int(blockIdx.x) * kPrefillGenericWarps + warp, h = blockIdx.y, kvh = h / a.group;
+  const int hd = a.head_dim;
+  const int pos0 = kPosInMemory ? __ldcs(a.pos) : a.pos0;
+
+  grid_dependency_wait();
+  allow_dependent_launch();
+  if (row >= a.m) return;
+  float q[kPer], o[kPer];
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int d = lane + 32 * i;
+    q[i] = d < hd ? a.q[int64_t(row) * a.q_stride + int64_t(h) * hd + d] * a.qscale : 0.f;
+    o[i] = 0.f;
+  }
+  const __half* k_head = a.k_cache + int64_t(kvh) * a.n_ctx * hd;
+  const __half* v_head = a.v_cache + int64_t(kvh) * a.n_ctx * hd;
+  const int last = pos0 + row;  // causal: cache rows 0 .. last
+  float m = -INFINITY, l = 0.f;
+  for (int k0 = 0; k0 <= last; k0 += kPrefillGenericKeys) {
+    float s[kPrefillGenericKeys], v[kPrefillGenericKeys][kPer];
+#pragma unroll
+    for (int j = 0; j < kPrefillGenericKeys; ++j) {
+      const int key = min(k0 + j, last);  // rows past last repeat it and are masked below
+      float dot = 0.f;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) {
+        const int d = lane + 32 * i;
+        const bool ok = d < hd;
+        dot = fmaf(q[i], ok ? __half2float(k_head[int64_t(key) * hd + d]) : 0.f, dot);
+        v[j][i] = ok ? __half2float(v_head[int64_t(key) * hd + d]) : 0.f;
+      }
+      s[j] = dot;
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kPrefillGenericKeys; ++j) {
+      s[j] = k0 + j <= last ? warp_sum(s[j]) : -INFINITY;
+      mx = fmaxf(mx, s[j]);
+    }
+    const float m_new = fmaxf(m, mx);  // finite: key k0 <= last
+    const float c = exp2f(m - m_new);  // 0 on the first keys
+    m = m_new;
+    l *= c;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) o[i] *= c;
+#pragma unroll
+    for (int j = 0; j < kPrefillGenericKeys; ++j) {
+      const float p = exp2f(s[j] - m_new);
+      l += p;
+#pragma unroll
+      for (int i = 0; i < kPer; ++i) o[i] = fmaf(p, v[j][i], o[i]);
+    }
+  }
+  const float inv = 1.0f / l;
+  __half* out_row = a.out + (int64_t(row) * a.n_head + h) * hd;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    const int d = lane + 32 * i;
+    if (d < hd) out_row[d] = __float2half(o[i] * inv);
+  }
+}
+
 // Whether the non-cluster tensor-core kernel takes its many-splits form (decode_finish): where
 // `rows` (the most the call may attend to) take more splits than one batch of the combine holds and
 // at most what 2 or 4 threads an item hold, with the threads for its `items` (heads times
@@ -1190,11 +1267,11 @@ bool many_splits(int rows, int one, int unit, int long_unit, int n_splits, int i
          (n_used <= 4 * kCombineBatch && 4 * items <= kDecodeMmaThreads);
 }
 
-void check_heads(const char* op, int n_head, int n_head_kv, int head_dim, int n_ctx, int max_head_dim) {
+void check_heads(const char* op, int n_head, int n_head_kv, int head_dim, int n_ctx) {
   CUDA_REQUIRE(n_head >= 1 && n_head_kv >= 1 && n_head % n_head_kv == 0, op,
                "n_head must be a positive multiple of n_head_kv");
-  CUDA_REQUIRE(head_dim >= 2 && head_dim % 2 == 0 && head_dim <= max_head_dim, op,
-               "head_dim must be even and at most " + std::to_string(max_head_dim));
+  CUDA_REQUIRE(head_dim >= 2 && head_dim % 2 == 0 && head_dim <= kMaxHeadDim, op,
+               "head_dim must be even and at most " + std::to_string(kMaxHeadDim));
   CUDA_REQUIRE(n_ctx >= 1, op, "n_ctx must be positive");
 }
 
@@ -1218,12 +1295,13 @@ void CudaBackend::prepare_attention() {
   allow(reinterpret_cast<const void*>(attention_decode_kernel<128, true>), 128);
 }
 
-// Decode takes heads up to kMaxHeadDim, prefill up to kPrefillMaxHeadDim.
-int CudaBackend::max_head_dim() const { return std::min(kMaxHeadDim, kPrefillMaxHeadDim); }
+// Decode and prefill take heads up to kMaxHeadDim; prefill's tensor-core kernel up to
+// kPrefillMaxHeadDim, its generic one the wider.
+int CudaBackend::max_head_dim() const { return kMaxHeadDim; }
 
 void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
   const char* op = "attention_decode";
-  check_heads(op, d.n_head, d.n_head_kv, d.head_dim, d.n_ctx, kMaxHeadDim);
+  check_heads(op, d.n_head, d.n_head_kv, d.head_dim, d.n_ctx);
   CUDA_REQUIRE(d.q && d.k_cache && d.v_cache && d.out && d.n_kv, op, "a pointer is missing");
   const int group = d.n_head / d.n_head_kv;
   const int head_tiles = int(ceil_div(group, kDecodeHeads));
@@ -1324,7 +1402,7 @@ void CudaBackend::attention_decode(const AttentionDecodeDesc& d) {
 
 void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {
   const char* op = "attention_prefill";
-  check_heads(op, d.n_head, d.n_head_kv, d.head_dim, d.n_ctx, kPrefillMaxHeadDim);
+  check_heads(op, d.n_head, d.n_head_kv, d.head_dim, d.n_ctx);
   CUDA_REQUIRE(d.q && d.k_cache && d.v_cache && d.out, op, "a pointer is missing");
   CUDA_REQUIRE(d.m >= 1 && d.pos0 >= 0 && int64_t(d.pos0) + d.m <= d.n_ctx, op,
                "rows pos0 .. pos0+m-1 must lie inside the cache");
@@ -1348,6 +1426,12 @@ void CudaBackend::attention_prefill(const AttentionPrefillDesc& d) {
   a.group = d.n_head / d.n_head_kv;
   a.qscale = d.scale * kLog2e;
   a.vec8 = d.head_dim % 8 == 0 && aligned_to(d.k_cache, 16) && aligned_to(d.v_cache, 16);
+  if (d.head_dim > kPrefillMaxHeadDim) {
+    const dim3 grid(unsigned(ceil_div(d.m, kPrefillGenericWarps)), unsigned(d.n_head));
+    launch(d.pos ? attention_prefill_generic_kernel<true> : attention_prefill_generic_kernel<false>, grid,
+           dim3(32 * kPrefillGenericWarps), 0, a);
+    return;
+  }
   const dim3 grid(unsigned(ceil_div(d.m, kPrefillRows)), unsigned(d.n_head));
   if (d.head_dim <= 64) {
     launch(d.pos ? attention_prefill_kernel<64, true> : attention_prefill_kernel<64, false>, grid,

@@ -552,9 +552,9 @@ TEST(ModelConfigTest, ReadsTheHeadWidthFromKeyLength) {
   }
 }
 
-// Heads of 256, the widest a model may have: a backend that takes them (the CPU) runs the model;
-// one whose attention takes narrower heads (CUDA: 128) refuses it at load, naming both widths,
-// not at the first prompt.
+// Heads of 256, the widest a model may have: a backend that takes them (both do) runs the model;
+// one whose attention took narrower heads would refuse it at load, naming both widths, not at the
+// first prompt (the CUDA backend did, up to 128, before its generic prefill attention kernel).
 class WideHeadsTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
@@ -804,17 +804,19 @@ TEST(CudaEndToEnd, TinyYarnRopeScalingMatchesCpu_cuda) {
 }
 
 // Heads whose width is not n_embd / n_head (attention.key_length) on CUDA as on the CPU oracle:
-// tiny-nemo (head_dim 128, q twice as wide as n_embd) and narrow_heads (head_dim 64, 3/1 heads, q
-// narrower than n_embd). A 40-token prompt's logits (prefill attention and matmuls with k =
-// n_head·head_dim), then, from just before each end of a context class (Model::kShortDecodeRows,
-// doubling up to n_ctx = 1,100), decode steps fed the oracle's tokens: the CUDA steps run attention
-// with the output projection (n_embd outputs of n_head·head_dim inputs) fused in, its rows split
-// over more blocks as the class grows, and apart where the rows outgrow it (tiny-nemo past 512
-// rows). Then greedy generation with and without step capture (CUDA graphs) gives the same tokens.
+// tiny-nemo (head_dim 128, q twice as wide as n_embd), narrow_heads (head_dim 64, 3/1 heads, q
+// narrower than n_embd) and wide_heads (2/1 heads of 256, which the CUDA backend's generic
+// attention kernels take, prefill and decode, with the output projection apart). A 40-token
+// prompt's logits (prefill attention and matmuls with k = n_head·head_dim), then, from just
+// before each end of a context class (Model::kShortDecodeRows, doubling up to n_ctx = 1,100),
+// decode steps fed the oracle's tokens: the CUDA steps run attention with the output projection
+// (n_embd outputs of n_head·head_dim inputs) fused in, its rows split over more blocks as the
+// class grows, and apart where the rows outgrow it (tiny-nemo past 512 rows). Then greedy
+// generation with and without step capture (CUDA graphs) gives the same tokens.
 TEST(CudaEndToEnd, HeadsOfTheirOwnWidthMatchCpu_cuda) {
   if (!backend_available("cuda")) GTEST_SKIP() << "no CUDA device";
   const int n_ctx = 4 * Model::kShortDecodeRows + 76;
-  for (const char* preset : {"nemo", "narrow_heads"}) {
+  for (const char* preset : {"nemo", "narrow_heads", "wide_heads"}) {
     SCOPED_TRACE(preset);
     const std::string path = synth_file(preset);
     Loaded cpu = load(path, "cpu", n_ctx, 64);

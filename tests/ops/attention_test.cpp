@@ -446,6 +446,21 @@ TEST_P(AttentionTest, HeadsAsWideAsTheBackendTakes) {
   EXPECT_THROW(check_prefill(rng, Heads{4, 2, widest + 2}, 128, 17, 0, 2.0f, false), BackendError);
 }
 
+// Prefill of heads wider than 128, which the CUDA backend leaves to its generic kernel: 256, 192 and
+// 130 (not a multiple of 8), from the start, after cached rows, over more than one block of rows,
+// with the position from memory, a q row stride, and large scores.
+TEST_P(AttentionTest, PrefillWideHeads) {
+  Rng rng(914);
+  for (const Heads& hd : {Heads{4, 1, 256}, Heads{6, 2, 192}, Heads{3, 3, 130}}) {
+    check_prefill(rng, hd, 128, 1, 0, 2.0f, false);
+    check_prefill(rng, hd, 128, 30, 0, 2.0f, false);
+    check_prefill(rng, hd, 128, 9, 50, 2.0f, false);
+    check_prefill(rng, hd, 128, 70, 58, 2.0f, true);
+    check_prefill(rng, hd, 128, 7, 0, 2.0f, false, true);
+    check_prefill(rng, hd, 128, 17, 30, 100.0f, false);
+  }
+}
+
 TEST_P(AttentionTest, LargeScores) {
   Rng rng(905);
   for (const Heads& hd : {kHeads[0], kHeads[3]}) {
