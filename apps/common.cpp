@@ -109,10 +109,23 @@ void check_output_path(const std::string& path, const std::string& option, bool 
   }
 }
 
+void add_rope_options(CLI::App* app, RopeScalingOverride& rope) {
+  app->add_option("--rope-scaling", rope.type,
+                  "rope scaling over the file's: none, linear (every frequency divided by --rope-scale) or yarn "
+                  "(YaRN, from --yarn-orig-ctx)")
+      ->check(CLI::IsMember({"none", "linear", "yarn"}));
+  app->add_option("--rope-scale", rope.factor,
+                  "rope scaling factor: the context grows this many times (default: the file's)")
+      ->check(CLI::Range(1e-6, 1e6));
+  app->add_option("--yarn-orig-ctx", rope.original_context,
+                  "the context YaRN scales from (default: the file's original context, else its context length)")
+      ->check(CLI::Range(1, 1 << 24));
+}
+
 LoadedModel load_model(const ModelRequest& req) {
   LoadedModel lm;
   lm.file = GgufFile::open(req.path);
-  const ModelConfig cfg = read_model_config(*lm.file);
+  const ModelConfig cfg = read_model_config(*lm.file, req.rope);
   if (req.n_ctx_given && req.n_ctx > cfg.n_ctx_train && !req.quiet) {
     std::fprintf(stderr, "%s: note: --ctx %d is above the model's trained context of %d tokens; using %d\n", g_program,
                  req.n_ctx, cfg.n_ctx_train, cfg.n_ctx_train);
@@ -126,6 +139,7 @@ LoadedModel load_model(const ModelRequest& req) {
   LoadOptions opt;
   opt.n_ctx = req.n_ctx;
   opt.max_batch = req.max_batch;
+  opt.rope = req.rope;
   const ModelFootprint need = Model::footprint(cfg, opt, *lm.backend);
   const MemoryInfo mem = lm.backend->memory_info();
   const std::string too_big = fit_error(need, mem, be_name, std::min(req.n_ctx, cfg.n_ctx_train));

@@ -58,6 +58,7 @@ struct ModelRequest {
   bool graphs = true;            // CUDA Graph decode where the backend supports it
   bool quiet = false;            // no progress on stderr
   bool need_tokenizer = true;
+  RopeScalingOverride rope;      // --rope-scaling, --rope-scale, --yarn-orig-ctx (add_rope_options)
 };
 
 // Opens the file, creates the backend, checks the model fits (sizes in the message when not),
@@ -114,5 +115,9 @@ void flush_stdout();
 // Parses argv with CLI11: --help prints help and returns 0; a parse error prints one line
 // ("<program>: error: <what>; see --help") and returns 1; -1 means parsing succeeded.
 int parse_cli(CLI::App& app, int argc, char** argv);
+
+// --rope-scaling, --rope-scale and --yarn-orig-ctx, as llama.cpp names them: rope scaling over the
+// file's (RopeScalingOverride).
+void add_rope_options(CLI::App* app, RopeScalingOverride& rope);
 
 }  // namespace tllm

@@ -69,6 +69,7 @@ void add_model_options(CLI::App* app, RunOptions& o) {
                   ->check(CLI::Range(1, 1 << 20));
   app->add_flag("--no-graphs", o.no_graphs, "run decode steps without CUDA graphs");
   app->add_flag("-q,--quiet", o.req.quiet, "no progress on stderr");
+  add_rope_options(app, o.req.rope);
 }
 
 void add_sampling_options(CLI::App* app, RunOptions& o) {
@@ -437,7 +438,7 @@ int cmd_synth(const SynthArgs& a) {
   }
   c.tokenizer_dir = a.tokenizer_dir;
   if (!a.rope_scaling.empty()) {
-    if (!(a.rope_factor > 0.0f)) throw AppError("--rope-scaling " + a.rope_scaling + " needs a --rope-factor above 0");
+    if (!(a.rope_factor > 0.0f)) throw AppError("--rope-scaling " + a.rope_scaling + " needs a --rope-scale above 0");
     c.rope_scaling = a.rope_scaling;
     c.rope_factor = a.rope_factor;
     c.rope_original_context = a.rope_original_context;
@@ -522,12 +523,12 @@ int main_body(int argc, char** argv) {
   s->add_flag("-q,--quiet", sy.quiet, "no progress");
   CLI::Option* rope_opt =
       s->add_option("--rope-scaling", sy.rope_scaling,
-                    "write rope.scaling.type: linear (every frequency divided by --rope-factor) or yarn")
+                    "write rope.scaling.type: linear (every frequency divided by --rope-scale) or yarn")
           ->check(CLI::IsMember({"linear", "yarn"}));
-  s->add_option("--rope-factor", sy.rope_factor, "rope.scaling.factor (with --rope-scaling)")
+  s->add_option("--rope-scale", sy.rope_factor, "rope.scaling.factor (with --rope-scaling)")
       ->check(CLI::Range(1e-6f, 1e6f))
       ->needs(rope_opt);
-  s->add_option("--rope-original-context", sy.rope_original_context,
+  s->add_option("--yarn-orig-ctx", sy.rope_original_context,
                 "rope.scaling.original_context_length, the context YaRN scales from (with --rope-scaling "
                 "yarn; default: the file's context_length)")
       ->check(CLI::Range(1, 1 << 24))
@@ -552,7 +553,7 @@ int main_body(int argc, char** argv) {
   if (s->parsed()) {
     sy.seed_given = seed_opt->count() > 0;
     if (sy.rope_original_context > 0 && sy.rope_scaling != "yarn") {
-      throw AppError("--rope-original-context is for --rope-scaling yarn");
+      throw AppError("--yarn-orig-ctx is for --rope-scaling yarn");
     }
     return cmd_synth(sy);
   }

@@ -147,6 +147,8 @@ int bench_main(int argc, char** argv) {
                  "memory (0: not measured)")
       ->check(CLI::Range(0, 1 << 20));
   app.add_option("--trace-out", o.trace_out, "Chrome-trace / Perfetto JSON timeline written by --profile");
+  RopeScalingOverride rope;
+  add_rope_options(&app, rope);
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
 
   if (o.profile && o.json) throw AppError("--profile prints tables; run it without --json");
@@ -165,6 +167,7 @@ int bench_main(int argc, char** argv) {
   req.n_ctx_given = ctx_opt->count() > 0;
   req.graphs = !o.no_graphs;
   req.quiet = o.quiet;
+  req.rope = rope;
   LoadedModel lm = load_model(req);
   Model& model = *lm.model;
   const Tokenizer& tok = *lm.tokenizer;
@@ -255,6 +258,8 @@ int bench_main(int argc, char** argv) {
     j["graphs"] = !o.no_graphs && lm.backend->supports(Op::StepCapture);
     j["model"] = o.model;
     j["arch"] = model.config().arch;
+    const std::string& scaling = model.config().rope_scaling;
+    j["rope_scaling"] = scaling.empty() ? nlohmann::json() : nlohmann::json(scaling);
     j["prompt_tokens"] = prompt.size();
     j["max_tokens"] = o.max_tokens;
     j["warmup"] = o.warmup;
@@ -284,7 +289,10 @@ int bench_main(int argc, char** argv) {
   std::printf("device   %s\n", device_summary(dev, lm.backend->name() != "cpu").c_str());
   std::printf("backend  %s%s\n", lm.backend->name().c_str(),
               lm.backend->supports(Op::StepCapture) ? (o.no_graphs ? " (graphs off)" : " (CUDA graphs)") : "");
-  std::printf("model    %s (%s, %d layers)\n", o.model.c_str(), model.config().arch.c_str(), model.config().n_layer);
+  const std::string& rope_scaling = model.config().rope_scaling;
+  const std::string scaling = rope_scaling.empty() ? "" : ", rope scaling " + rope_scaling;
+  std::printf("model    %s (%s, %d layers%s)\n", o.model.c_str(), model.config().arch.c_str(), model.config().n_layer,
+              scaling.c_str());
   std::printf("request  %zu prompt tokens, %d generated, %d warm-up + %d timed iterations\n\n", prompt.size(),
               o.max_tokens, o.warmup, o.iters);
   std::printf("%-22s %12s %12s %12s\n", "metric", "median", "min", "max");

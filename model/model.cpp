@@ -112,21 +112,30 @@ void check_vocabulary(const GgufFile& f, int n_vocab) {
 // The optional rope_freqs.weight tensor (Llama 3.1/3.2) divides pair j's frequency by its j-th
 // value under every type, and rope.scaling.attn_factor multiplies the rotated q and k. Types that
 // need more than per-pair divisors and that magnitude (longrope) are refused, not approximated.
-void read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) {
+void read_rope_scaling(const GgufFile& f, const std::string& a, const RopeScalingOverride& over, ModelConfig& c) {
   const int half = c.head_dim / 2;
-  const auto out_of_range = [&](const std::string& key, double v, const char* range) {
+  // `what` = v is out of range: a metadata key's value, or a value asked for in `over`.
+  const auto out_of_range = [&](const std::string& what, double v, const char* range) {
     char buf[32];
     std::snprintf(buf, sizeof buf, "%g", v);
-    fail(f, "metadata '" + key + "' = " + buf + " is out of range (expected " + range + ")");
+    fail(f, what + " = " + buf + " is out of range (expected " + range + ")");
   };
+  const auto key_name = [](const std::string& key) { return "metadata '" + key + "'"; };
   double factor = 1.0;
   const std::string factor_key = f.find(a + "rope.scaling.factor") ? a + "rope.scaling.factor" : a + "rope.scale_linear";
   if (f.find(factor_key)) {
     factor = f.get_float(factor_key);
-    if (!std::isfinite(factor) || factor < 0.0 || factor > 1e6) out_of_range(factor_key, factor, "0..1e6");
+    if (!std::isfinite(factor) || factor < 0.0 || factor > 1e6) out_of_range(key_name(factor_key), factor, "0..1e6");
     if (factor == 0.0) factor = 1.0;  // llama.cpp: 0 means no scaling
   }
-  const std::string type = f.get_string(a + "rope.scaling.type", factor != 1.0 ? "linear" : "none");
+  if (over.factor != 0.0) {
+    if (!std::isfinite(over.factor) || over.factor < 0.0 || over.factor > 1e6) {
+      out_of_range("the rope scale asked for", over.factor, "0..1e6");
+    }
+    factor = over.factor;
+  }
+  const std::string type =
+      !over.type.empty() ? over.type : f.get_string(a + "rope.scaling.type", factor != 1.0 ? "linear" : "none");
   if (type == "none") {
     factor = 1.0;
   } else if (type != "linear" && type != "yarn") {
@@ -135,7 +144,7 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) 
   const std::string attn_key = a + "rope.scaling.attn_factor";
   const double attn_factor = f.get_float(attn_key, 1.0);
   if (!std::isfinite(attn_factor) || attn_factor <= 0.0 || attn_factor > 1e3) {
-    out_of_range(attn_key, attn_factor, "0 < value <= 1e3");
+    out_of_range(key_name(attn_key), attn_factor, "0 < value <= 1e3");
   }
   std::vector<float> per_pair(size_t(half), 1.0f);
   const TensorInfo* freqs = f.find_tensor("rope_freqs.weight");
@@ -157,7 +166,13 @@ void read_rope_scaling(const GgufFile& f, const std::string& a, ModelConfig& c) 
   double magnitude = attn_factor;
   if (type == "yarn") {
     const std::string orig_key = a + "rope.scaling.original_context_length";
-    const int orig = f.find(orig_key) ? positive_int(f, orig_key, 1 << 24) : c.n_ctx_train;
+    int orig = f.find(orig_key) ? positive_int(f, orig_key, 1 << 24) : c.n_ctx_train;
+    if (over.original_context != 0) {
+      if (over.original_context < 0 || over.original_context > (1 << 24)) {
+        out_of_range("the original context asked for", over.original_context, "1..16777216");
+      }
+      orig = over.original_context;
+    }
     const YarnRamp ramp = yarn_ramp(c.head_dim, orig, c.rope_theta);
     for (int j = 0; j < half; ++j) {
       const double mix = ramp.extrapolated_share(j);
@@ -211,7 +226,7 @@ std::string fit_error(const ModelFootprint& need, const MemoryInfo& mem, const s
          mib(need.activation_bytes) + ") but only " + mib(free_bytes) + " is free; try a smaller --ctx";
 }
 
-ModelConfig read_model_config(const GgufFile& f) {
+ModelConfig read_model_config(const GgufFile& f, const RopeScalingOverride& rope) {
   ModelConfig c;
   if (!f.find("general.architecture")) fail(f, "missing metadata key 'general.architecture'");
   c.arch = f.get_string("general.architecture");
@@ -271,7 +286,7 @@ ModelConfig read_model_config(const GgufFile& f) {
   if (!(c.rms_eps > 0.0f) || c.rms_eps > 1.0f) fail(f, "attention.layer_norm_rms_epsilon must be in (0, 1]");
   // llama.cpp's converter permutes Llama's Q/K rows for adjacent-pair rotation; Qwen2 keeps halves.
   c.rope_mode = c.arch == "qwen2" ? RopeMode::Neox : RopeMode::Normal;
-  read_rope_scaling(f, a, c);
+  read_rope_scaling(f, a, rope, c);
 
   const TensorInfo* embd = f.find_tensor("token_embd.weight");
   if (!embd) fail(f, "missing tensor 'token_embd.weight'");
@@ -326,7 +341,7 @@ ModelFootprint Model::footprint(const ModelConfig& c, const LoadOptions& opt, co
 }
 
 std::unique_ptr<Model> Model::load(const GgufFile& f, Backend& be, const LoadOptions& opt) {
-  ModelConfig c = read_model_config(f);
+  ModelConfig c = read_model_config(f, opt.rope);
   if (opt.n_ctx <= 0) throw ModelError(f.path() + ": context size must be positive");
   if (opt.max_batch <= 0) throw ModelError(f.path() + ": batch size must be positive");
   if (c.head_dim > be.max_head_dim()) {

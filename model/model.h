@@ -70,8 +70,17 @@ struct ModelConfig {
   int kv_dim() const { return n_head_kv * head_dim; }
 };
 
+// Rope scaling asked for when loading, over the file's rope.scaling.* keys (llama.cpp's
+// --rope-scaling, --rope-scale and --yarn-orig-ctx): what is left unset keeps the file's value. A
+// file's rope_freqs.weight and rope.scaling.attn_factor apply in any case.
+struct RopeScalingOverride {
+  std::string type;          // "", or "none", "linear", "yarn"
+  double factor = 0.0;       // rope.scaling.factor; 0: the file's
+  int original_context = 0;  // rope.scaling.original_context_length (yarn); 0: the file's
+};
+
 // Reads and checks the hyper-parameters. Throws ModelError("<file>: <problem>").
-ModelConfig read_model_config(const GgufFile& f);
+ModelConfig read_model_config(const GgufFile& f, const RopeScalingOverride& rope = {});
 
 // How YaRN splits a head's rotation pairs, as llama.cpp computes it (its "correction dims"): pair j
 // turns (theta^(-2j/head_dim) radians a position) over the original context about
@@ -92,6 +101,7 @@ YarnRamp yarn_ramp(int head_dim, int original_context, float rope_theta);
 struct LoadOptions {
   int n_ctx = 4096;        // KV cache rows; capped at the model's training context
   int max_batch = 512;     // prompt rows processed per prefill chunk
+  RopeScalingOverride rope;  // over the file's rope scaling
   // Called as tensors are converted: (done, total) in tensors.
   std::function<void(size_t done, size_t total)> progress;
 };

@@ -455,7 +455,7 @@ def main():
                     help="synthesise with the first N ids of --tokenizer-dir's vocabulary and the merges among "
                          "them (for a preset with fewer tokens: llama3.2-1b with 128000)")
     ap.add_argument("--synth-args", default="", metavar="ARGS",
-                    help="more arguments for tiny_llm synth, e.g. '--rope-scaling yarn --rope-factor 4'")
+                    help="more arguments for tiny_llm synth, e.g. '--rope-scaling yarn --rope-scale 4'")
     ap.add_argument("--n-gen", type=int, default=32, help="greedy tokens to compare")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     ap.add_argument("--no-ref", action="store_true",

@@ -124,14 +124,19 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--weights", "Q4_K_M"}, {"--weights", "Q4_K_M"}},
       {{t, "synth", "-o", dir.file("no/such/dir/x.gguf"), "--preset", "tiny", "-q"}, {"no/such/dir/x.gguf"}},
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "ntk"}, {"--rope-scaling", "ntk"}},
+      {gen({"--rope-scaling", "ntk"}, "hi"), {"--rope-scaling", "ntk"}},
+      {gen({"--rope-scale", "0"}, "hi"), {"--rope-scale"}},
+      {gen({"--yarn-orig-ctx", "-5"}, "hi"), {"--yarn-orig-ctx"}},
+      // CLI11's range check lets NaN through; the model's check names it.
+      {logits({"--tokens", "1", "--rope-scale", "nan"}), {"the rope scale asked for = nan is out of range"}},
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "yarn"},
-       {"--rope-scaling yarn needs a --rope-factor above 0"}},
-      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-factor", "4"}, {"--rope-factor", "requires"}},
-      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "yarn", "--rope-factor", "-4"},
-       {"--rope-factor"}},
-      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "linear", "--rope-factor", "2",
-        "--rope-original-context", "64"},
-       {"--rope-original-context is for --rope-scaling yarn"}},
+       {"--rope-scaling yarn needs a --rope-scale above 0"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scale", "4"}, {"--rope-scale", "requires"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "yarn", "--rope-scale", "-4"},
+       {"--rope-scale"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "linear", "--rope-scale", "2",
+        "--yarn-orig-ctx", "64"},
+       {"--yarn-orig-ctx is for --rope-scaling yarn"}},
   });
 }
 

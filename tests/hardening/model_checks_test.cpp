@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
 #include <sstream>
 
@@ -327,6 +329,15 @@ TEST(ModelChecks, LinearRopeScalingIsRead) {
   }
 }
 
+// The keys of a YaRN file of the base model: rope.scaling.type yarn, the factor and, where not 0,
+// the original context.
+ModelEdit yarn_keys(float factor, uint32_t original) {
+  ModelEdit e = set_key("qwen2.rope.scaling.type", string_value("yarn"));
+  e.set_keys["qwen2.rope.scaling.factor"] = f32_value(factor);
+  if (original) e.set_keys["qwen2.rope.scaling.original_context_length"] = u32_value(original);
+  return e;
+}
+
 // YaRN as llama.cpp reads it. The base model's heads are 16 wide (8 pairs) with rope theta 1e6; over
 // an original context of 64 positions pair j turns 64 / (2 pi 1e6^(j/8)) times: 10.2 for pair 0,
 // 1.8 for pair 1, 0.3 for pair 2. So llama.cpp's correction dims are low = 0 (no pair turns 32
@@ -338,12 +349,7 @@ TEST(ModelChecks, YarnRopeScalingIsRead) {
   auto base = GgufFile::open(base_model_path());
   ScratchDir dir;
   const std::string a = "qwen2.";
-  const auto yarn = [&](float factor, uint32_t original) {
-    ModelEdit e = set_key(a + "rope.scaling.type", string_value("yarn"));
-    e.set_keys[a + "rope.scaling.factor"] = f32_value(factor);
-    if (original) e.set_keys[a + "rope.scaling.original_context_length"] = u32_value(original);
-    return e;
-  };
+  const auto yarn = yarn_keys;
   const auto read = [&](const std::string& name, const ModelEdit& e) {
     const std::string path = dir.file(name + ".gguf");
     write_edited(*base, path, e);
@@ -390,6 +396,92 @@ TEST(ModelChecks, YarnRopeScalingIsRead) {
     EXPECT_EQ(attn.rope_scaling, "");
     EXPECT_EQ(attn.rope_attn_scale, 1.25f);
   }
+}
+
+// Rope scaling asked for when loading (RopeScalingOverride, the programs' --rope-scaling,
+// --rope-scale and --yarn-orig-ctx) reads as the same keys in the file would; what it leaves unset
+// keeps the file's value, and type none turns a file's scaling off (its attn_factor stays).
+TEST(ModelChecks, RopeScalingAskedForOverridesTheFile) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string a = "qwen2.";
+  const std::vector<float> yarn_64{1.0f, 1.6f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f};
+  RopeScalingOverride yarn;
+  yarn.type = "yarn";
+  yarn.factor = 4.0;
+  yarn.original_context = 64;
+  {
+    const ModelConfig c = read_model_config(*base, yarn);
+    EXPECT_EQ(c.rope_scaling, "yarn");
+    EXPECT_EQ(c.rope_freq_factors, yarn_64);
+    EXPECT_FLOAT_EQ(c.rope_attn_scale, float(1.0 + 0.1 * std::log(4.0)));
+  }
+  ModelEdit keys = yarn_keys(2.0f, 64);
+  keys.set_keys[a + "rope.scaling.attn_factor"] = f32_value(0.5f);
+  const std::string path = dir.file("yarn.gguf");
+  write_edited(*base, path, keys);
+  auto f = GgufFile::open(path);
+  {
+    RopeScalingOverride factor_only;
+    factor_only.factor = 4.0;  // the file's type and original context
+    const ModelConfig c = read_model_config(*f, factor_only);
+    EXPECT_EQ(c.rope_freq_factors, yarn_64);
+    EXPECT_FLOAT_EQ(c.rope_attn_scale, float(0.5 * (1.0 + 0.1 * std::log(4.0))));
+  }
+  {
+    RopeScalingOverride none;
+    none.type = "none";
+    const ModelConfig c = read_model_config(*f, none);
+    EXPECT_TRUE(c.rope_freq_factors.empty());
+    EXPECT_EQ(c.rope_scaling, "");
+    EXPECT_EQ(c.rope_attn_scale, 0.5f);
+    EXPECT_EQ(c.n_ctx_train, 256);
+  }
+  {
+    RopeScalingOverride bad;
+    bad.factor = -1.0;
+    try {
+      read_model_config(*f, bad);
+      ADD_FAILURE() << "a negative rope scale was taken";
+    } catch (const ModelError& e) {
+      EXPECT_NE(std::string(e.what()).find("the rope scale asked for = -1 is out of range"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// The programs' options reach the model: generate and logits on the plain file with
+// --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 64 print what they print on the file that
+// carries those keys, and other than without them.
+TEST(ModelChecks, RopeScalingOptionsOfThePrograms) {
+  auto base = GgufFile::open(base_model_path());
+  ScratchDir dir;
+  const std::string keyed = dir.file("yarn.gguf");
+  write_edited(*base, keyed, yarn_keys(4.0f, 64));
+  const std::vector<std::string> options = {"--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "64"};
+  const auto logits = [&](const std::string& model, const std::vector<std::string>& extra, const std::string& out) {
+    std::vector<std::string> c = {tiny_llm_path(), "logits", "-m", model, "--backend", "cpu", "-q",
+                                  "-p", "Hello, world! 0123456789", "-o", out};
+    c.insert(c.end(), extra.begin(), extra.end());
+    expect_success(run(c));
+    std::ifstream in(out, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string with_keys = logits(keyed, {}, dir.file("a.f32"));
+  const std::string with_options = logits(base_model_path(), options, dir.file("b.f32"));
+  const std::string plain = logits(base_model_path(), {}, dir.file("c.f32"));
+  ASSERT_FALSE(with_keys.empty());
+  EXPECT_EQ(with_keys, with_options);
+  EXPECT_NE(with_keys, plain);
+  std::vector<std::string> gen = {tiny_llm_path(), "generate", "-m", base_model_path(), "--backend", "cpu", "-q",
+                                  "-p", "Hello", "-n", "12", "--temp", "0"};
+  std::vector<std::string> gen_keyed = gen;
+  gen_keyed[3] = keyed;
+  gen.insert(gen.end(), options.begin(), options.end());
+  const RunResult by_keys = run(gen_keyed), by_options = run(gen);
+  expect_success(by_keys);
+  expect_success(by_options);
+  EXPECT_EQ(by_keys.out, by_options.out);
 }
 
 // The correction dims of Qwen2.5's YaRN configuration (heads of 64, rope theta 1e6, an original
@@ -460,9 +552,7 @@ TEST(ModelChecks, YarnIsItsDivisorsAndMagnitude) {
   auto base = GgufFile::open(base_model_path());
   ScratchDir dir;
   const std::string a = "qwen2.";
-  ModelEdit yarn = set_key(a + "rope.scaling.type", string_value("yarn"));
-  yarn.set_keys[a + "rope.scaling.factor"] = f32_value(4.0f);
-  yarn.set_keys[a + "rope.scaling.original_context_length"] = u32_value(64);
+  const ModelEdit yarn = yarn_keys(4.0f, 64);
   ModelEdit spelled = set_key(a + "rope.scaling.attn_factor", f32_value(float(1.0 + 0.1 * std::log(4.0))));
   spelled.add_tensors["rope_freqs.weight"] = {GgmlType::F32, {8}};
   spelled.f32_values["rope_freqs.weight"] = {1.0f, 1.6f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f, 4.0f};
