@@ -462,6 +462,20 @@ SynthConfig tiny_nemo_test_model() {
   return c;
 }
 
+SynthConfig with_heads(SynthConfig c, const std::string& name, int n_head, int n_head_kv, int head_dim) {
+  c.name = name;
+  c.n_head = n_head;
+  c.n_head_kv = n_head_kv;
+  c.head_dim = head_dim;
+  return c;
+}
+
+SynthConfig tiny_wide_heads_test_model() {
+  SynthConfig c = with_heads(tiny_nemo_test_model(), "Synthetic tiny llama with heads of 256", 2, 1, 256);
+  c.weight_std = 0.1f;  // attention scores of a few units, so that how q and k turn shows in the logits
+  return c;
+}
+
 SynthConfig tiny_llama2_test_model() {
   SynthConfig c = tiny_llama_test_model();
   c.name = "Synthetic tiny llama 2";

@@ -125,6 +125,11 @@ SynthConfig tiny_llama3_test_model();
 // attention.key_length, not n_embd / n_head): n_embd 256, 4 heads / 2 KV heads, so that q and the
 // attention output hold n_head·head_dim = 512 values, twice n_embd; n_ctx 2048.
 SynthConfig tiny_nemo_test_model();
+// c named `name`, with n_head heads over n_head_kv KV heads, head_dim wide (attention.key_length).
+SynthConfig with_heads(SynthConfig c, const std::string& name, int n_head, int n_head_kv, int head_dim);
+// tiny_nemo_test_model with heads of 256, the widest a model may have (Falcon3's width): 2 heads
+// over 1 KV head, so that q and the attention output hold 512 values.
+SynthConfig tiny_wide_heads_test_model();
 // tiny_llama_test_model with Llama 2's tokenizer layout: the SentencePiece vocabulary and the
 // Llama 2 chat template (see write_synth_model), n_vocab 320 to hold its 299 pieces.
 SynthConfig tiny_llama2_test_model();

@@ -6,8 +6,8 @@ builds llama.cpp from source with cmake, CPU only, `gguf` and `numpy`, e.g. pyth
 /tmp/venv-llamacpp && /tmp/venv-llamacpp/bin/pip install llama-cpp-python gguf numpy):
     /tmp/venv-llamacpp/bin/python scripts/check_llama_cpp.py [MODEL.gguf ...]
         [--tiny-llm ./build/tiny_llm] [--weights q4_k_m,q8_0] [--preset qwen2.5-0.5b]
-        [--tokenizer-dir DIR] [--vocab-prefix N] [--synth-args ARGS] [--no-ref] [--n-gen 32]
-        [--threads 2] [--no-extra-bufts] [--json]
+        [--tokenizer-dir DIR] [--vocab-prefix N] [--synth-args ARGS] [--tiny-args ARGS] [--no-ref]
+        [--n-gen 32] [--threads 2] [--no-extra-bufts] [--json]
 
 MODEL defaults to synthetic models that `tiny_llm synth` writes into a temporary folder, one per
 --weights type, with the shapes of --preset and the vocabulary of --tokenizer-dir (default
@@ -33,7 +33,8 @@ byte-level vocabulary has no merges, an empty array that gguf-py 0.19 cannot rea
   tiny-llm/ref and llama.cpp/ref compare each engine on the file with it (the copy's tokenization
   of the texts above must equal the file's);
 - greedy: llama.cpp decodes --n-gen tokens greedily (argmax of its own logits) after the ChatML
-  "你好" prompt, stopping at EOS; the prompt and those tokens go to `tiny_llm logits`, and the
+  "你好" prompt, stopping at an end-of-generation token (`llama_vocab_is_eog`: EOS, and EOT-like
+  tokens such as <|endoftext|>); the prompt and those tokens go to `tiny_llm logits`, and the
   first generated position where tiny-llm's argmax differs is where the two greedy runs part
   (before it they saw the same tokens). There both margins are printed: tiny-llm's logit of its
   own choice minus its logit of llama.cpp's, and llama.cpp's the other way round. `tiny_llm
@@ -155,12 +156,12 @@ def tiny_tokenize(tiny_llm, model, text, tmp):
     return [int(t) for t in run([tiny_llm, "tokenize", "-m", model, "--file", path]).split()]
 
 
-def tiny_logits(tiny_llm, model, ids, n_vocab, tmp):
+def tiny_logits(tiny_llm, model, ids, n_vocab, tmp, extra):
     ids_path = os.path.join(tmp, "ids.txt")
     out = os.path.join(tmp, "logits.f32")
     with open(ids_path, "w") as f:
         f.write(" ".join(map(str, ids)))
-    run([tiny_llm, "logits", "--backend", "cpu", "-q", "-m", model, "--tokens-file", ids_path, "-o", out])
+    run([tiny_llm, "logits", "--backend", "cpu", "-q", "-m", model, "--tokens-file", ids_path, "-o", out] + extra)
     return np.fromfile(out, dtype=np.float32).reshape(len(ids), n_vocab)
 
 
@@ -191,21 +192,25 @@ def compare_logits(a, b):
     }
 
 
-def greedy(llm, tiny_llm, model, prompt, n_gen, n_vocab, tmp):
+def greedy(llama_cpp, llm, tiny_llm, model, prompt, n_gen, n_vocab, tmp, extra):
     ids = llm.tokenize(prompt.encode(), add_bos=True, special=True)
     llm.reset()
     llm.eval(ids)
     gen = []
-    eos = llm.token_eos()
+    # Where generation ends: llama.cpp's end-of-generation tokens (EOS, and EOT-like tokens such as
+    # <|endoftext|>), the set its own generate() stops at and tiny_llm generate should too.
+    def is_eog(tok):
+        return bool(llama_cpp.llama_vocab_is_eog(llm._model.vocab, tok))
+
     for _ in range(min(n_gen, context_limit(llm) - len(ids))):
         tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
         gen.append(tok)
-        if tok == eos:
+        if is_eog(tok):
             break
         llm.eval([tok])
     ref = np.array(llm.scores[len(ids) - 1: len(ids) - 1 + len(gen)], dtype=np.float32)
     # tiny-llm's logits on llama.cpp's sequence: row p predicts generated token p.
-    mine = tiny_logits(tiny_llm, model, ids + gen, n_vocab, tmp)[len(ids) - 1: -1]
+    mine = tiny_logits(tiny_llm, model, ids + gen, n_vocab, tmp, extra)[len(ids) - 1: -1]
     mine_top = np.argmax(mine, axis=1)
     differ = np.nonzero(mine_top != np.array(gen))[0]
     first = int(differ[0]) if len(differ) else None
@@ -217,8 +222,8 @@ def greedy(llm, tiny_llm, model, prompt, n_gen, n_vocab, tmp):
         out["llama_cpp_margin"] = float(ref[first, l_tok] - ref[first, t_tok])
     # tiny_llm generate must print the tokens both agree on, then tiny-llm's own choice.
     text = run([tiny_llm, "generate", "--backend", "cpu", "-q", "-m", model, "--temp", "0", "-n", str(n_gen),
-                "-p", prompt])
-    expect = llm.detokenize([t for t in agreed if t != eos])
+                "-p", prompt] + extra)
+    expect = llm.detokenize([t for t in agreed if not is_eog(t)])
     out["generate_text_matches"] = text.startswith(expect)
     if not out["generate_text_matches"]:
         at = next(i for i in range(len(expect)) if i >= len(text) or text[i] != expect[i])
@@ -368,12 +373,13 @@ def check_model(llama_cpp, args, model, tmp):
             res["tokens"]["differ"].append({"text": text, "tiny_llm": mine, "llama_cpp": ref})
     for name, ids in prompts.items():
         ref = llama_logits(llm, ids)
-        mine = tiny_logits(args.tiny_llm, model, ids, n_vocab, tmp)
+        mine = tiny_logits(args.tiny_llm, model, ids, n_vocab, tmp, shlex.split(args.tiny_args))
         res["logits"][name] = compare_logits(mine, ref)
         if not args.no_ref:
             res["vs_ref"][name] = {"tiny_llm": compare_logits(mine, ref_logits[name]),
                                    "llama_cpp": compare_logits(ref, ref_logits[name])}
-    res["greedy"] = greedy(llm, args.tiny_llm, model, CHAT, args.n_gen, n_vocab, tmp)
+    res["greedy"] = greedy(llama_cpp, llm, args.tiny_llm, model, CHAT, args.n_gen, n_vocab, tmp,
+                           shlex.split(args.tiny_args))
     res["seconds"] = round(time.time() - t0, 1)
     return res
 
@@ -456,6 +462,9 @@ def main():
                          "them (for a preset with fewer tokens: llama3.2-1b with 128000)")
     ap.add_argument("--synth-args", default="", metavar="ARGS",
                     help="more arguments for tiny_llm synth, e.g. '--rope-scaling yarn --rope-scale 4'")
+    ap.add_argument("--tiny-args", default="", metavar="ARGS",
+                    help="more arguments for tiny_llm logits and generate, e.g. '--rope-scaling linear "
+                         "--rope-scale 1.1' (a control: a check that must then fail)")
     ap.add_argument("--n-gen", type=int, default=32, help="greedy tokens to compare")
     ap.add_argument("--threads", type=int, default=2, help="llama.cpp threads")
     ap.add_argument("--no-ref", action="store_true",

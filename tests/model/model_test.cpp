@@ -31,24 +31,12 @@ bool in_ci() {
 // tiny_nemo_test_model's other side: q narrower than n_embd, as Mistral-Nemo's (4096 of 5120), with
 // n_embd 320 not a multiple of the 3 heads (1 KV head) of head_dim 64.
 SynthConfig narrow_heads_test_model() {
-  SynthConfig c = tiny_nemo_test_model();
-  c.name = "Synthetic tiny llama with heads narrower than n_embd / n_head";
+  SynthConfig c = with_heads(tiny_nemo_test_model(), "Synthetic tiny llama with heads narrower than n_embd / n_head", 3,
+                             1, 64);
   c.n_embd = 320;
-  c.n_head = 3;
-  c.n_head_kv = 1;
-  c.head_dim = 64;
   return c;
 }
 
-// Heads of 256, the widest a model may have (tiny_nemo_test_model with 2/1 heads of 256).
-SynthConfig wide_heads_test_model() {
-  SynthConfig c = tiny_nemo_test_model();
-  c.name = "Synthetic tiny llama with heads of 256";
-  c.n_head = 2;
-  c.n_head_kv = 1;
-  c.head_dim = 256;
-  return c;
-}
 
 // tiny_test_model with YaRN rope scaling (factor 4 over an original context of 64 positions).
 SynthConfig yarn_test_model() {
@@ -73,7 +61,7 @@ std::string synth_file(const std::string& preset) {
                   : preset == "llama3"       ? tiny_llama3_test_model()
                   : preset == "nemo"         ? tiny_nemo_test_model()
                   : preset == "narrow_heads" ? narrow_heads_test_model()
-                  : preset == "wide_heads"   ? wide_heads_test_model()
+                  : preset == "wide_heads"   ? tiny_wide_heads_test_model()
                   : preset == "yarn"         ? yarn_test_model()
                                              : qwen25_05b_q4km();
   // Written under a name of this process's own, then renamed into place: the cpu and cuda runs of
@@ -565,7 +553,7 @@ class WideHeadsTest : public ::testing::TestWithParam<std::string> {
 TEST_P(WideHeadsTest, RunOrAreRefusedAtLoad) {
   const std::string path = synth_file("wide_heads");
   const int widest = create_backend(GetParam())->max_head_dim();
-  if (widest >= wide_heads_test_model().head_dim) {
+  if (widest >= tiny_wide_heads_test_model().head_dim) {
     Loaded l = load(path, GetParam(), 64, 16);
     const auto toks = test_prompt(12, l.model->config().n_vocab);
     const std::vector<float> logits = all_logits(*l.model, toks);
