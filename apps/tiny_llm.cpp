@@ -416,7 +416,8 @@ struct SynthArgs {
   std::string out, tokenizer_dir, preset = "qwen2.5-0.5b", weights = "q4_k_m";
   uint64_t seed = 0;
   bool seed_given = false, quiet = false;
-  std::string rope_scaling;  // "", "linear" or "yarn"
+  std::string tokenizer_pre;  // "": the preset's
+  std::string rope_scaling;   // "", "linear" or "yarn"
   float rope_factor = 0.0f;
   int rope_original_context = 0;
 };
@@ -438,6 +439,12 @@ int cmd_synth(const SynthArgs& a) {
     throw AppError("--tokenizer-dir: the " + preset + " preset writes its own SentencePiece vocabulary");
   }
   c.tokenizer_dir = a.tokenizer_dir;
+  if (!a.tokenizer_pre.empty()) {
+    if (c.vocab != SynthVocab::ByteLevel) {
+      throw AppError("--tokenizer-pre: the " + preset + " preset writes a SentencePiece vocabulary");
+    }
+    c.tokenizer_pre = a.tokenizer_pre;
+  }
   if (!a.rope_scaling.empty()) {
     if (!(a.rope_factor > 0.0f)) throw AppError("--rope-scaling " + a.rope_scaling + " needs a --rope-scale above 0");
     c.rope_scaling = a.rope_scaling;
@@ -522,6 +529,9 @@ int main_body(int argc, char** argv) {
       ->check(CLI::IsMember(synth_weight_names()));
   CLI::Option* seed_opt = s->add_option("--seed", sy.seed, "random seed for the weights")->check(seed_validator());
   s->add_flag("-q,--quiet", sy.quiet, "no progress");
+  s->add_option("--tokenizer-pre", sy.tokenizer_pre,
+                "tokenizer.ggml.pre of the byte-level vocabulary (default qwen2): a pre-tokenizer tiny-llm reads")
+      ->check(CLI::IsMember(Tokenizer::pre_tokenizer_names()));
   CLI::Option* rope_opt =
       s->add_option("--rope-scaling", sy.rope_scaling,
                     "write rope.scaling.type: linear (every frequency divided by --rope-scale) or yarn")

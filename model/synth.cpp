@@ -133,6 +133,7 @@ void validate(const SynthConfig& c) {
   if (c.mix == SynthMix::Uniform && !can_quantize(c.weight_type)) {
     bad_config(std::string("weight type ") + ggml_type_name(c.weight_type) + " cannot be written");
   }
+  if (c.tokenizer_pre.empty()) bad_config("tokenizer_pre is empty");
   if (c.vocab == SynthVocab::SentencePiece && !c.tokenizer_dir.empty()) {
     bad_config("tokenizer_dir '" + c.tokenizer_dir +
                "' holds a byte-level tokenizer; the SentencePiece vocabulary takes none");
@@ -607,7 +608,7 @@ void write_synth_model(const SynthConfig& c, const std::string& path,
   w.set_f32(a + "attention.layer_norm_rms_epsilon", c.rms_eps);
   const bool spm = !vocab.scores.empty();
   w.set_string("tokenizer.ggml.model", vocab.model);
-  if (!spm) w.set_string("tokenizer.ggml.pre", "qwen2");
+  if (!spm) w.set_string("tokenizer.ggml.pre", c.tokenizer_pre);
   w.set_string_array("tokenizer.ggml.tokens", vocab.tokens);
   if (spm) w.set_f32_array("tokenizer.ggml.scores", vocab.scores);
   w.set_i32_array("tokenizer.ggml.token_type", vocab.types);

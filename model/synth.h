@@ -75,6 +75,8 @@ struct SynthConfig {
   // Folder with a Hugging Face byte-level BPE tokenizer (vocab.json + merges.txt); ByteLevel only.
   // Empty: a byte-level vocabulary without merges (see write_synth_model).
   std::string tokenizer_dir;
+  // tokenizer.ggml.pre of the byte-level vocabulary: how its text is split before the merges.
+  std::string tokenizer_pre = "qwen2";
 
   // head_dim, or n_embd / n_head where it is 0.
   int head_width() const { return head_dim ? head_dim : n_embd / n_head; }

@@ -303,11 +303,12 @@ struct PreName {
   bool add_bos;   // the default of add_bos(): whether the reference tokenizer prepends BOS
 };
 // "deepseek-r1-qwen" (DeepSeek-R1-Distill-Qwen-*) is the Qwen2 tokenizer: its tokenizer.json has
-// Qwen2's NFC normalizer and split regex, and a post-processor that prepends BOS.
+// Qwen2's NFC normalizer and split regex, and a post-processor that prepends BOS. "falcon3"
+// (Falcon3) is read as llama.cpp reads it: Llama 3's split, whole pieces, BOS by default.
 constexpr PreName kPreNames[] = {
     {"qwen2", 2, false},    {"smollm", 1, false}, {"gpt-2", 0, false},    {"default", 0, false},
-    {"llama-bpe", 3, true}, {"llama3", 3, true},  {"llama-v3", 3, true},  {"deepseek-r1-qwen", 2, true},
-    {"tekken", 4, true},
+    {"llama-bpe", 3, true}, {"llama3", 3, true},  {"llama-v3", 3, true},  {"falcon3", 3, true},
+    {"deepseek-r1-qwen", 2, true}, {"tekken", 4, true},
 };
 
 const PreName* find_pre(const std::string& name) {
@@ -390,12 +391,15 @@ struct Tokenizer::Workspace {
 Tokenizer::Tokenizer() = default;
 Tokenizer::~Tokenizer() = default;
 
+std::vector<std::string> Tokenizer::pre_tokenizer_names() {
+  std::vector<std::string> names;
+  for (const PreName& p : kPreNames) names.push_back(p.name);
+  return names;
+}
+
 std::string Tokenizer::supported_pre_tokenizers() {
   std::string s;
-  for (const PreName& p : kPreNames) {
-    if (!s.empty()) s += ", ";
-    s += p.name;
-  }
+  for (const std::string& name : pre_tokenizer_names()) s += (s.empty() ? "" : ", ") + name;
   return s;
 }
 

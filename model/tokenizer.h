@@ -113,7 +113,9 @@ class Tokenizer {
                                                    const std::vector<AddedToken>& added,
                                                    const SpecialTokenIds& special = {});
 
-  // "qwen2, smollm, gpt-2, default, llama-bpe, ..." for error messages and --help.
+  // The byte-level pre-tokenizer names tiny-llm reads ("qwen2", "smollm", "gpt-2", ...), and the
+  // same joined by ", " for error messages and --help.
+  static std::vector<std::string> pre_tokenizer_names();
   static std::string supported_pre_tokenizers();
 
   std::vector<int32_t> encode(const std::string& text, bool parse_special = true) const;

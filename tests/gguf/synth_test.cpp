@@ -178,6 +178,9 @@ TEST(Synth, RejectsInconsistentConfigs) {
   c.rope_original_context = 64;
   expect_error(c, "an original context (64) is for yarn rope scaling only");
   c = tiny_test_model();
+  c.tokenizer_pre.clear();
+  expect_error(c, "tokenizer_pre is empty");
+  c = tiny_test_model();
   c.rope_attn_factor = -1.0f;
   expect_error(c, "rope attn_factor -1.000000 is not in [0, 1e3]");
   c = tiny_test_model();

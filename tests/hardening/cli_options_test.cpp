@@ -125,6 +125,9 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {{t, "synth", "-o", dir.file("no/such/dir/x.gguf"), "--preset", "tiny", "-q"}, {"no/such/dir/x.gguf"}},
       {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--rope-scaling", "ntk"}, {"--rope-scaling", "ntk"}},
       {gen({"--rope-scaling", "ntk"}, "hi"), {"--rope-scaling", "ntk"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny", "--tokenizer-pre", "bogus"}, {"--tokenizer-pre"}},
+      {{t, "synth", "-o", dir.file("x.gguf"), "--preset", "tiny-llama2", "--tokenizer-pre", "qwen2"},
+       {"--tokenizer-pre: the tiny-llama2 preset writes a SentencePiece vocabulary"}},
       {gen({"--rope-scale", "0"}, "hi"), {"--rope-scale"}},
       {gen({"--yarn-orig-ctx", "-5"}, "hi"), {"--yarn-orig-ctx"}},
       // CLI11's range check lets NaN through; the model's check names it.

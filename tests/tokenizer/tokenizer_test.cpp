@@ -295,6 +295,21 @@ TEST(Tokenizer, Llama3EmitsWholePiecesThatAreTokens) {
   EXPECT_EQ(v.build("qwen2")->encode("abc"), bytes_of("abc"));
 }
 
+// falcon3 reads as llama.cpp reads it, as Llama 3's: the same split, whole pieces, BOS by default.
+TEST(Tokenizer, Falcon3IsLlama3) {
+  Vocab v;
+  const int32_t abc = v.add("abc");
+  const auto falcon3 = v.build("falcon3");
+  EXPECT_EQ(falcon3->pre_tokenizer(), "falcon3");
+  for (const SplitCase& c : kSplits) {
+    if (std::string(c.pre) == "llama-bpe") {
+      EXPECT_EQ(falcon3->pre_tokenize(c.text), c.pieces) << "'" << c.text << "'";
+    }
+  }
+  EXPECT_EQ(falcon3->encode("abc"), std::vector<int32_t>({abc}));
+  EXPECT_TRUE(falcon3->add_bos());
+}
+
 TEST(Tokenizer, TekkenEmitsWholePiecesThatAreTokens) {
   Vocab v;
   const int32_t abc = v.add("Abc");  // reachable by no merge, as tiktoken finds it in its ranks
