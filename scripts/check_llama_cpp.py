@@ -505,6 +505,7 @@ def main():
         return 1
     if args.json:
         out = {"llama_cpp_python": llama_cpp.__version__, "cosine_min": COSINE_MIN, "ref_ratio_max": REF_RATIO_MAX,
+               "synth_args": args.synth_args, "tiny_args": args.tiny_args, "no_extra_bufts": args.no_extra_bufts,
                "results": results}
         print(json.dumps(out, ensure_ascii=False, indent=1))
     else:
@@ -514,6 +515,8 @@ def main():
             rule = (f"mean cosine similarity to ref >= {COSINE_MIN}, RMS diff to ref <= {REF_RATIO_MAX} x "
                     "llama.cpp's")
         print(f"llama-cpp-python {llama_cpp.__version__}; pass: {rule}")
+        if args.tiny_args:
+            print(f"tiny_llm logits and generate ran with: {args.tiny_args}")
         print_table(results)
     return 2 if any(failures(r) for r in results) else 0
 
