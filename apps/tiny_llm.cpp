@@ -447,6 +447,9 @@ int cmd_synth(const SynthArgs& a) {
   }
   if (!a.rope_scaling.empty()) {
     if (!(a.rope_factor > 0.0f)) throw AppError("--rope-scaling " + a.rope_scaling + " needs a --rope-scale above 0");
+    if (a.rope_original_context > 0 && a.rope_scaling != "yarn") {
+      throw AppError("--yarn-orig-ctx is for --rope-scaling yarn");
+    }
     c.rope_scaling = a.rope_scaling;
     c.rope_factor = a.rope_factor;
     c.rope_original_context = a.rope_original_context;
@@ -563,9 +566,6 @@ int main_body(int argc, char** argv) {
   if (l->parsed()) return cmd_logits(lg, lg_tokens, lg_tokens_file, lg_prompt, lg_out);
   if (s->parsed()) {
     sy.seed_given = seed_opt->count() > 0;
-    if (sy.rope_original_context > 0 && sy.rope_scaling != "yarn") {
-      throw AppError("--yarn-orig-ctx is for --rope-scaling yarn");
-    }
     return cmd_synth(sy);
   }
   return 1;
