@@ -105,9 +105,10 @@ struct Shape {
 
 // Decode shapes of the benchmarked model (n_embd 896, n_ff 4864), those of Llama-3.2-1B (n_embd
 // 2048, n_ff 8192; on CUDA ffn_down takes two rows a warp, and with an odd n one) and edges: n = 1,
-// odd n, k = one W8 group, k a multiple of 32 but not of 128 or 256.
+// odd n, k = one W8 group, k a multiple of 32 but not of 128 or 256, k an odd number of 64-value
+// sets (960), k = 64.
 const Shape kW8Shapes[] = {{896, 896}, {1152, 896}, {896, 4864}, {3072, 2048}, {2048, 2048}, {2048, 8192},
-                           {2047, 8192}, {1, 32}, {7, 160}, {33, 800}, {255, 288}};
+                           {2047, 8192}, {1, 32}, {7, 160}, {33, 800}, {255, 288}, {40, 960}, {9, 64}};
 
 TEST_P(MatmulTest, W8M1Random) {
   Rng rng(101);
@@ -453,10 +454,14 @@ TEST_P(MatmulFusedTest, SwiGlu) {
   }
 }
 
+// ffn_gate_up of the benchmarked model and at Llama-3.2-1B's width (1,001 pairs: a last block of
+// pairs part past the end), then one set of 64 values.
 TEST_P(MatmulFusedTest, RmsNormPrologueSwiGlu) {
   Rng rng(203);
   for (WeightType type : {WeightType::W8, WeightType::F16}) {
     check_fused(make(rng, type, 1, 2 * 4864, 896, true, true), true);
+    check_fused(make(rng, type, 1, 2 * 1001, 2048, true, true), true);
+    check_fused(make(rng, type, 1, 2 * 13, 64, true, true), true);
     check_fused(make(rng, type, 5, 2 * 33, 160, true, true), false);
     check_fused(make(rng, type, 65, 2 * 33, 160, true, true), false);
   }
