@@ -194,6 +194,7 @@ void write_edited(const GgufFile& src, const std::string& path, const ModelEdit&
     if (!src.find(key)) w.set_value(key, value);
   }
   std::vector<const TensorInfo*> sources;  // null: zeros
+  std::vector<std::string> names;          // each written tensor's name, in the file's order
   for (const TensorInfo& t : src.tensors()) {
     if (edit.drop_tensors.count(t.name)) continue;
     auto shape = edit.reshape.find(t.name);
@@ -202,16 +203,13 @@ void write_edited(const GgufFile& src, const std::string& path, const ModelEdit&
     w.add_tensor(t.name, type != edit.retype.end() ? type->second : t.type,
                  shape != edit.reshape.end() ? shape->second : t.dims);
     sources.push_back(changed ? nullptr : &t);
+    names.push_back(t.name);
   }
   for (const auto& [name, spec] : edit.add_tensors) {
     w.add_tensor(name, spec.first, spec.second);
     sources.push_back(nullptr);
+    names.push_back(name);
   }
-  std::vector<std::string> names;
-  for (const TensorInfo& t : src.tensors()) {
-    if (!edit.drop_tensors.count(t.name)) names.push_back(t.name);
-  }
-  for (const auto& [name, spec] : edit.add_tensors) names.push_back(name);
   w.write(path, [&](size_t index, uint8_t* dst, size_t bytes) {
     const TensorInfo* t = sources[index];
     if (t && t->bytes == bytes) {

@@ -37,7 +37,6 @@ SynthConfig narrow_heads_test_model() {
   return c;
 }
 
-
 // tiny_test_model with YaRN rope scaling (factor 4 over an original context of 64 positions).
 SynthConfig yarn_test_model() {
   SynthConfig c = tiny_test_model();
