@@ -527,7 +527,8 @@ int main_body(int argc, char** argv) {
                 "how the weight matrices are stored (norm weights and biases stay f32): q4_k_m, llama.cpp's "
                 "mix (q4_k; q6_k for attn_v and ffn_down in some layers and for the output), or one type "
                 "for every matrix, the output too. Rows that are not whole blocks of the type fall back "
-                "as llama.cpp does: tq1_0, tq2_0 -> q4_0; q2_k, q3_k, iq4_xs -> iq4_nl; q4_k -> q5_0; "
+                "as llama.cpp does: tq1_0, tq2_0 -> q4_0; q2_k, q3_k, iq4_xs, iq1_s .. iq3_s -> iq4_nl; "
+                "q4_k -> q5_0; "
                 "q5_k -> q5_1; q6_k -> q8_0")
       ->check(CLI::IsMember(synth_weight_names()));
   CLI::Option* seed_opt = s->add_option("--seed", sy.seed, "random seed for the weights")->check(seed_validator());

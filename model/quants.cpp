@@ -38,6 +38,7 @@
 #include <thread>
 
 #include "model/iq_grids.h"
+#include "model/quants_iq.h"
 
 namespace tllm {
 
@@ -954,7 +955,7 @@ bool can_quantize(GgmlType t) {
     case GgmlType::TQ1_0: case GgmlType::TQ2_0:
       return true;
     default:
-      return false;
+      return iq::is_codebook_type(t);
   }
 }
 
@@ -988,11 +989,20 @@ void quantize_row(GgmlType t, const float* src, void* dst, int64_t n) {
     case GgmlType::TQ1_0: block = quant_tq1_0; break;
     case GgmlType::TQ2_0: block = quant_tq2_0; break;
     default:
-      throw GgufError(std::string("quantize_row: type ") + ggml_type_name(t) + " cannot be quantised");
+      if (!iq::is_codebook_type(t)) {
+        throw GgufError(std::string("quantize_row: type ") + ggml_type_name(t) + " cannot be quantised");
+      }
+      break;
   }
   int64_t bv = 0, bb = 0;
   ggml_type_block(t, &bv, &bb);
-  for (int64_t i = 0; i < n / bv; ++i) block(src + i * bv, d + i * bb);
+  for (int64_t i = 0; i < n / bv; ++i) {
+    if (block) {
+      block(src + i * bv, d + i * bb);
+    } else {
+      iq::quantize_block(t, src + i * bv, d + i * bb);
+    }
+  }
 }
 
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {

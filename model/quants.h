@@ -29,8 +29,10 @@ bool block_codes(GgmlType t, const uint8_t* block, int* q, half_t* d);
 // Quantises `n` fp32 values into type `t`. Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0,
 // Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (round-to-nearest with scales derived from each block's range),
 // IQ4_NL, IQ4_XS (ggml's reference algorithm without importance weights: a small search for the
-// scale of least weighted squared error, codes nearest in the non-linear table), TQ1_0, TQ2_0.
-// Throws GgufError for any other type.
+// scale of least weighted squared error, codes nearest in the non-linear table), the codebook
+// i-quants IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S (a search for each sub-block's
+// scale of least squared error, codebook entries near the scaled values: model/quants_iq.cpp),
+// TQ1_0, TQ2_0. Throws GgufError for any other type.
 void quantize_row(GgmlType t, const float* src, void* dst, int64_t n);
 
 // True when quantize_row handles `t`.

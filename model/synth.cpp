@@ -41,8 +41,15 @@ uint32_t file_type_of(GgmlType t) {
     case GgmlType::Q4_K: return 14;   // Q4_K_S
     case GgmlType::Q5_K: return 16;   // Q5_K_S
     case GgmlType::Q6_K: return 18;
+    case GgmlType::IQ2_XXS: return 19;
+    case GgmlType::IQ2_XS: return 20;
+    case GgmlType::IQ3_XXS: return 23;
+    case GgmlType::IQ1_S: return 24;
     case GgmlType::IQ4_NL: return 25;
+    case GgmlType::IQ3_S: return 26;
+    case GgmlType::IQ2_S: return 28;
     case GgmlType::IQ4_XS: return 30;
+    case GgmlType::IQ1_M: return 31;
     case GgmlType::BF16: return 32;
     case GgmlType::TQ1_0: return 36;
     case GgmlType::TQ2_0: return 37;
@@ -54,9 +61,10 @@ uint32_t file_type(const SynthConfig& c) { return c.mix == SynthMix::Q4_K_M ? 15
 
 // The types a uniform mix offers, in the order synth_weight_names lists them.
 constexpr GgmlType kUniformTypes[] = {
-    GgmlType::F32,  GgmlType::F16,    GgmlType::BF16,   GgmlType::Q4_0,  GgmlType::Q4_1, GgmlType::Q5_0,
-    GgmlType::Q5_1, GgmlType::Q8_0,   GgmlType::Q2_K,   GgmlType::Q3_K,  GgmlType::Q4_K, GgmlType::Q5_K,
-    GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS, GgmlType::TQ1_0, GgmlType::TQ2_0,
+    GgmlType::F32,    GgmlType::F16,     GgmlType::BF16,  GgmlType::Q4_0,   GgmlType::Q4_1,   GgmlType::Q5_0,
+    GgmlType::Q5_1,   GgmlType::Q8_0,    GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K,   GgmlType::Q5_K,
+    GgmlType::Q6_K,   GgmlType::IQ4_NL,  GgmlType::IQ4_XS, GgmlType::IQ3_S, GgmlType::IQ3_XXS, GgmlType::IQ2_S,
+    GgmlType::IQ2_XS, GgmlType::IQ2_XXS, GgmlType::IQ1_M, GgmlType::IQ1_S,  GgmlType::TQ1_0,  GgmlType::TQ2_0,
 };
 
 std::string lower(std::string s) {
@@ -392,7 +400,11 @@ GgmlType synth_matrix_type(GgmlType t, int64_t row_length) {
   GgmlType fallback = GgmlType::F16;
   switch (t) {
     case GgmlType::TQ1_0: case GgmlType::TQ2_0: fallback = GgmlType::Q4_0; break;
-    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: fallback = GgmlType::IQ4_NL; break;
+    case GgmlType::Q2_K: case GgmlType::Q3_K: case GgmlType::IQ4_XS: case GgmlType::IQ3_S:
+    case GgmlType::IQ3_XXS: case GgmlType::IQ2_S: case GgmlType::IQ2_XS: case GgmlType::IQ2_XXS:
+    case GgmlType::IQ1_M: case GgmlType::IQ1_S:
+      fallback = GgmlType::IQ4_NL;
+      break;
     case GgmlType::Q4_K: fallback = GgmlType::Q5_0; break;
     case GgmlType::Q5_K: fallback = GgmlType::Q5_1; break;
     case GgmlType::Q6_K: fallback = GgmlType::Q8_0; break;

@@ -91,13 +91,14 @@ struct SynthTensor {
 
 // The type of a matrix of rows of `row_length` values that is asked to be `t`: `t` where the row
 // is whole blocks of it; otherwise llama.cpp's fallback: TQ1_0, TQ2_0 -> Q4_0; Q2_K, Q3_K, IQ4_XS
-// -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; F16 for the other types and where the
+// and the i-quants IQ1_S … IQ3_S -> IQ4_NL; Q4_K -> Q5_0; Q5_K -> Q5_1; Q6_K -> Q8_0; F16 for the other types and where the
 // fallback does not fit either. (The 896-wide rows of Qwen2.5-0.5B thus hold IQ4_NL for IQ4_XS.)
 GgmlType synth_matrix_type(GgmlType t, int64_t row_length);
 
 // The names of the weight storage `tiny_llm synth --weights` offers: "q4_k_m" (SynthMix::Q4_K_M),
 // then "f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k" .. "q6_k", "iq4_nl",
-// "iq4_xs", "tq1_0", "tq2_0" (SynthMix::Uniform of that type).
+// "iq4_xs", "iq3_s", "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s", "tq1_0", "tq2_0"
+// (SynthMix::Uniform of that type).
 const std::vector<std::string>& synth_weight_names();
 // Sets c.mix and c.weight_type for one of synth_weight_names(); throws GgufError naming the valid
 // names for any other.

@@ -33,12 +33,15 @@ from gguf import GGMLQuantizationType as Q
 
 # Relative RMS error bounds of the dequantised weights against the f32 ones, for the synthetic
 # weights (Gaussian-like, bounded at 3.46σ): fp16/bf16 rounding, then 8-, 6-, 5-, 4-, 3- and 2-bit
-# codes with scales per block. The ternary types keep only the values beyond half of each 256-value
-# block's max|x| (about 3σ), so nearly all become 0: an error close to the weights' own RMS.
+# codes with scales per block, then the codebook i-quants at 3.4 down to 1.6 bits a value (about
+# 10% above what their quantisers give). The ternary types keep only the values beyond half of each
+# 256-value block's max|x| (about 3σ), so nearly all become 0: an error close to the weights' own
+# RMS.
 BOUNDS = {
     "f16": 1e-3, "bf16": 5e-3, "q8_0": 0.01, "q6_k": 0.03, "q5_0": 0.06, "q5_1": 0.06, "q5_k": 0.06,
     "q4_0": 0.12, "q4_1": 0.12, "q4_k": 0.12, "iq4_nl": 0.08, "iq4_xs": 0.08, "q3_k": 0.25,
-    "q2_k": 0.45, "tq1_0": 0.85, "tq2_0": 0.85,
+    "q2_k": 0.45, "iq3_s": 0.17, "iq3_xxs": 0.22, "iq2_s": 0.29, "iq2_xs": 0.34, "iq2_xxs": 0.40,
+    "iq1_m": 0.48, "iq1_s": 0.53, "tq1_0": 0.85, "tq2_0": 0.85,
 }
 EXACT = {"tq1_0", "tq2_0"}  # gguf-py's quantiser must give the same bytes
 

@@ -324,6 +324,100 @@ TEST(Quantize, TQ1_0AndTQ2_0) {
   }
 }
 
+// The codebook formats (i-quants), with the byte of each one's first sub-block scale and the bits
+// that hold it, set to the top scale: IQ2_XXS / IQ3_XXS the top nibble of the first sub-block's u32,
+// IQ2_XS / IQ2_S / IQ3_S the low nibble of the first scale byte, IQ1_S bits 12..14 of the first
+// qh, IQ1_M bits 0..2 of the first scale u16.
+struct CodebookType {
+  GgmlType type;
+  int scale_byte;
+  uint8_t top_scale;
+};
+constexpr CodebookType kCodebookTypes[] = {
+    {GgmlType::IQ2_XXS, 9, 0xf0},  {GgmlType::IQ2_XS, 66, 0x0f}, {GgmlType::IQ2_S, 74, 0x0f},
+    {GgmlType::IQ3_XXS, 69, 0xf0}, {GgmlType::IQ3_S, 106, 0x0f}, {GgmlType::IQ1_S, 35, 0x70},
+    {GgmlType::IQ1_M, 48, 0x07},
+};
+
+// Random blocks of a codebook type: every code, sign and scale random, d a normal fp16 value near
+// 1/100, and the first sub-block at the top scale (so that the largest sub-block scale fixes d).
+std::vector<uint8_t> random_codebook_blocks(const CodebookType& ct, int n_blocks, uint32_t seed) {
+  int64_t bb = 0;
+  ggml_type_block(ct.type, nullptr, &bb);
+  std::vector<uint8_t> q(size_t(n_blocks * bb));
+  uint32_t s = seed;
+  for (uint8_t& v : q) {
+    s = s * 1664525u + 1013904223u;
+    v = uint8_t(s >> 24);
+  }
+  for (int b = 0; b < n_blocks; ++b) {
+    uint8_t* blk = q.data() + b * bb;
+    const unsigned d = 0x2000u | (unsigned(b) * 37u & 0x3ffu);  // 2^-7 times 1 + mantissa/1024
+    blk[ct.scale_byte] |= ct.top_scale;
+    if (ct.type == GgmlType::IQ1_M) {  // d sits in the top nibbles of the four scale u16s
+      for (int i = 0; i < 4; ++i) blk[49 + 2 * i] = uint8_t((blk[49 + 2 * i] & 0x0f) | ((d >> (4 * i)) & 15) << 4);
+    } else {
+      blk[0] = uint8_t(d & 0xff);
+      blk[1] = uint8_t(d >> 8);
+    }
+  }
+  return q;
+}
+
+TEST(Quantize, CodebookTypesGiveBackTheirOwnBlocksExactly) {
+  // Values that a block of the type represents exactly come back exactly: the codes of the right
+  // unit are the codebook entries themselves, the least-squares unit is the block's, and d is the
+  // top sub-block's unit over its scale factor.
+  for (const CodebookType& ct : kCodebookTypes) {
+    SCOPED_TRACE(ggml_type_name(ct.type));
+    const int n_blocks = 64;
+    const auto q = random_codebook_blocks(ct, n_blocks, 21);
+    std::vector<float> x(size_t(n_blocks) * 256);
+    dequantize_row(ct.type, q.data(), x.data(), int64_t(x.size()));
+    EXPECT_EQ(round_trip(ct.type, x), x);
+  }
+}
+
+TEST(Quantize, CodebookTypesRoundTripErrors) {
+  // Relative RMS error on Gaussian rows, each bound about 10% above what the quantiser gives. The
+  // formats in order of bits per value (3.44, 3.06, 2.5, 2.31, 2.06, 1.75, 1.56) must lose in that
+  // order; IQ3_S, at Q3_K's size, must beat Q3_K (uniform codes, one scale per 16 values).
+  const auto x = gaussian_values(256 * 512, 15);
+  const float sigma = rms(x);
+  const std::pair<GgmlType, float> bounds[] = {
+      {GgmlType::IQ3_S, 0.16f},  {GgmlType::IQ3_XXS, 0.21f}, {GgmlType::IQ2_S, 0.28f}, {GgmlType::IQ2_XS, 0.34f},
+      {GgmlType::IQ2_XXS, 0.39f}, {GgmlType::IQ1_M, 0.47f},  {GgmlType::IQ1_S, 0.53f},
+  };
+  float previous = 0;
+  for (const auto& [t, bound] : bounds) {
+    const float e = rms_error(x, round_trip(t, x)) / sigma;
+    std::printf("RMS error / sigma: %s %.4f\n", ggml_type_name(t), e);
+    EXPECT_LT(e, bound) << ggml_type_name(t);
+    EXPECT_GT(e, previous) << ggml_type_name(t) << " has more bits than the type before it";
+    previous = e;
+  }
+  EXPECT_LT(rms_error(x, round_trip(GgmlType::IQ3_S, x)), rms_error(x, round_trip(GgmlType::Q3_K, x)));
+}
+
+TEST(Quantize, CodebookTypesEdgeBlocks) {
+  for (const CodebookType& ct : kCodebookTypes) {
+    SCOPED_TRACE(ggml_type_name(ct.type));
+    // All zeros: d = 0, so every code gives zero.
+    const std::vector<float> zeros(256, 0.0f);
+    EXPECT_EQ(round_trip(ct.type, zeros), zeros);
+    // A constant block: one codebook level (or, for IQ1, 1 + 1/8) times a unit, up to the unit's
+    // rounding to a scale step of d.
+    const std::vector<float> ones(256, 0.75f);
+    for (float v : round_trip(ct.type, ones)) EXPECT_NEAR(v, 0.75f, 0.75f / 16.0f);
+    // Negative values keep their sign: every value is -0.75 or +0.75 (an even number of each per
+    // 8 values, as the formats with implied signs need).
+    std::vector<float> signs(256);
+    for (size_t i = 0; i < signs.size(); ++i) signs[i] = (i * 7 + i / 8) % 4 < 2 ? -0.75f : 0.75f;
+    const auto y = round_trip(ct.type, signs);
+    for (size_t i = 0; i < signs.size(); ++i) EXPECT_NEAR(y[i], signs[i], 0.75f / 4.0f) << "value " << i;
+  }
+}
+
 TEST(Quantize, EdgeBlocks) {
   const std::vector<GgmlType> types = {GgmlType::Q4_0, GgmlType::Q4_1,  GgmlType::Q5_0,   GgmlType::Q5_1,
                                        GgmlType::Q8_0, GgmlType::Q2_K,  GgmlType::Q3_K,   GgmlType::Q4_K,
@@ -349,10 +443,13 @@ TEST(Quantize, EdgeBlocks) {
 TEST(Quantize, RejectsWhatItCannotWrite) {
   std::vector<float> x(256, 1.0f);
   std::vector<uint8_t> q(1024);
-  EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, x.data(), q.data(), 256), GgufError);
-  EXPECT_THROW(quantize_row(GgmlType::IQ1_S, x.data(), q.data(), 256), GgufError);
-  EXPECT_FALSE(can_quantize(GgmlType::IQ3_S));
+  EXPECT_THROW(quantize_row(GgmlType::Q8_1, x.data(), q.data(), 32), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::Q8_K, x.data(), q.data(), 256), GgufError);
+  EXPECT_FALSE(can_quantize(GgmlType::Q8_1));
   EXPECT_TRUE(can_quantize(GgmlType::IQ4_XS));
+  EXPECT_TRUE(can_quantize(GgmlType::IQ3_S));
+  EXPECT_THROW(quantize_row(GgmlType::IQ2_XXS, x.data(), q.data(), 128), GgufError);
+  EXPECT_THROW(quantize_row(GgmlType::IQ1_M, x.data(), q.data(), 255), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::IQ4_XS, x.data(), q.data(), 32), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::Q4_K, x.data(), q.data(), 128), GgufError);
   EXPECT_THROW(quantize_row(GgmlType::Q8_0, x.data(), q.data(), 31), GgufError);

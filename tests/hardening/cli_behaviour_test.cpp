@@ -416,7 +416,7 @@ TEST(CliBehaviour, SynthWeightsOfOneTypeRunFromSynthToGenerate) {
   const std::vector<RunResult> r = run_all({
       {t, "inspect", m},
       {t, "generate", "-m", m, "--backend", "cpu", "-p", "hello", "--max-tokens", "4", "--stats"},
-      {t, "synth", "--preset", "tiny", "--weights", "iq2_xxs", "-q", "-o", dir.file("x.gguf")},
+      {t, "synth", "--preset", "tiny", "--weights", "q8_1", "-q", "-o", dir.file("x.gguf")},
   });
   expect_success(r[0]);
   expect_success(r[1]);
@@ -429,7 +429,7 @@ TEST(CliBehaviour, SynthWeightsOfOneTypeRunFromSynthToGenerate) {
     EXPECT_TRUE(std::regex_search(listing, std::regex(line))) << line << "\n" << listing;
   }
   EXPECT_NE(r[1].err.find("generated 4 tokens"), std::string::npos) << r[1].describe();
-  expect_clean_failure(r[2], "tiny_llm", {"--weights", "iq2_xxs"});
+  expect_clean_failure(r[2], "tiny_llm", {"--weights", "q8_1"});
   EXPECT_FALSE(std::ifstream(dir.file("x.gguf")).good()) << "a file was written for an unknown type";
 }
 

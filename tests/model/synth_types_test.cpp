@@ -17,7 +17,8 @@ namespace {
 namespace fs = std::filesystem;
 
 // tiny_test_model with every row length a multiple of 256 (n_embd 256, n_ff 512, 4 heads of 64),
-// so that the super-block types (K-quants, IQ4_XS, TQ1_0, TQ2_0) hold every matrix; one layer.
+// so that the super-block types (K-quants, IQ4_XS, the i-quants, TQ1_0, TQ2_0) hold every matrix;
+// one layer.
 SynthConfig wide_rows_model() {
   SynthConfig c = tiny_test_model();
   c.name = "Synthetic tiny qwen2 with rows of whole super-blocks";
@@ -90,7 +91,8 @@ TEST_P(SynthTypesTest, RowsThatAreNotWholeBlocksFallBack) {
 
 INSTANTIATE_TEST_SUITE_P(Weights, SynthTypesTest,
                          ::testing::Values("f32", "f16", "bf16", "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k",
-                                           "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "tq1_0",
+                                           "q3_k", "q4_k", "q5_k", "q6_k", "iq4_nl", "iq4_xs", "iq3_s",
+                                           "iq3_xxs", "iq2_s", "iq2_xs", "iq2_xxs", "iq1_m", "iq1_s", "tq1_0",
                                            "tq2_0"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
@@ -98,7 +100,9 @@ TEST(SynthTypes, TheFallbacksAreLlamaCpps) {
   const std::pair<GgmlType, GgmlType> fallbacks[] = {
       {GgmlType::TQ1_0, GgmlType::Q4_0},   {GgmlType::TQ2_0, GgmlType::Q4_0}, {GgmlType::Q2_K, GgmlType::IQ4_NL},
       {GgmlType::Q3_K, GgmlType::IQ4_NL},  {GgmlType::IQ4_XS, GgmlType::IQ4_NL}, {GgmlType::Q4_K, GgmlType::Q5_0},
-      {GgmlType::Q5_K, GgmlType::Q5_1},    {GgmlType::Q6_K, GgmlType::Q8_0},
+      {GgmlType::Q5_K, GgmlType::Q5_1},    {GgmlType::Q6_K, GgmlType::Q8_0},   {GgmlType::IQ3_S, GgmlType::IQ4_NL},
+      {GgmlType::IQ3_XXS, GgmlType::IQ4_NL}, {GgmlType::IQ2_S, GgmlType::IQ4_NL}, {GgmlType::IQ2_XS, GgmlType::IQ4_NL},
+      {GgmlType::IQ2_XXS, GgmlType::IQ4_NL}, {GgmlType::IQ1_M, GgmlType::IQ4_NL}, {GgmlType::IQ1_S, GgmlType::IQ4_NL},
   };
   for (const auto& [asked, fallback] : fallbacks) {
     EXPECT_EQ(synth_matrix_type(asked, 512), asked) << ggml_type_name(asked);
@@ -124,14 +128,14 @@ TEST(SynthTypes, EveryOfferedNameIsWritable) {
   }
   SynthConfig c = tiny_test_model();
   try {
-    set_synth_weights(c, "iq2_xxs");
-    ADD_FAILURE() << "iq2_xxs accepted";
+    set_synth_weights(c, "q8_1");
+    ADD_FAILURE() << "q8_1 accepted";
   } catch (const GgufError& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown weight type 'iq2_xxs'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("iq4_xs"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown weight type 'q8_1'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("iq2_xxs"), std::string::npos) << e.what();
   }
   c.mix = SynthMix::Uniform;
-  c.weight_type = GgmlType::IQ2_XXS;  // dequantised on load, but no quantiser writes it
+  c.weight_type = GgmlType::Q8_1;  // a type llama.cpp writes only for intermediate results
   EXPECT_THROW(synth_tensors(c), GgufError);
 }
 
