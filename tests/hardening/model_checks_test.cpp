@@ -19,6 +19,7 @@
 
 #include "backend/backend.h"
 #include "hardening/hardening_util.h"
+#include "logits_util.h"
 #include "model/model.h"
 #include "model/synth.h"
 #include "model/tokenizer.h"
@@ -507,17 +508,7 @@ std::vector<float> cpu_logits(const std::string& path, int n_tokens) {
   const int V = m->config().n_vocab;
   std::vector<int32_t> toks;
   for (int i = 0; i < n_tokens; ++i) toks.push_back(int32_t((i * 37 + 11) % V));
-  std::vector<float> out(size_t(n_tokens) * size_t(V));
-  m->prefill(toks.data(), n_tokens, 0, [&](int row, const float* l, int n) {
-    std::copy(l, l + n, out.begin() + long(row) * V);
-  });
-  return out;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float d = 0.0f;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-  return d;
+  return all_logits(*m, toks);
 }
 
 // rope.scaling.attn_factor multiplies the rotated q and k. Rope is linear, so that is the model

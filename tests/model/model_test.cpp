@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "logits_util.h"
 #include "model/generator.h"
 #include "model/model.h"
 #include "model/synth.h"
@@ -104,25 +105,10 @@ std::vector<int32_t> test_prompt(int n, int n_vocab) {
   return t;
 }
 
-std::vector<float> all_logits(Model& m, const std::vector<int32_t>& toks) {
-  const int V = m.config().n_vocab;
-  std::vector<float> out(toks.size() * size_t(V));
-  m.prefill(toks.data(), int(toks.size()), 0, [&](int row, const float* l, int n) {
-    std::copy(l, l + n, out.begin() + long(row) * V);
-  });
-  return out;
-}
-
 std::vector<float> last_logits(Model& m) {
   std::vector<float> l(size_t(m.config().n_vocab));
   m.download_logits(l.data());
   return l;
-}
-
-float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  float d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(a[i] - b[i]));
-  return d;
 }
 
 class ModelTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {
