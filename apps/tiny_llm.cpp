@@ -178,18 +178,45 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-int cmd_generate(RunOptions& o, const std::string& prompt, bool chat) {
+// What generate renders: a prompt (-p), wrapped in the chat template with --chat, or a
+// conversation read from --messages; --tools offers tools to the model in either chat form.
+struct GenerateInput {
+  bool has_prompt = false;  // -p given (perhaps empty)
+  std::string prompt;
+  bool chat = false;
+  std::string messages_file;
+  std::string tools_file;
+};
+
+int cmd_generate(RunOptions& o, const GenerateInput& in) {
   check_run_options(o);
-  LoadedModel lm = load_model(o.req);
-  std::string text = prompt;
-  if (chat) {
-    const ChatFormat fmt = detect_chat_format(*lm.file, *lm.tokenizer, o.chat_template);
-    std::vector<ChatMessage> msgs;
-    if (!o.system.empty()) msgs.push_back({"system", o.system});
-    msgs.push_back({"user", prompt});
-    text = render_chat(fmt, msgs, /*add_generation_prompt=*/true);
+  const bool from_messages = !in.messages_file.empty();
+  if (!from_messages && !in.has_prompt) throw AppError("generate: give a prompt (-p TEXT) or --messages FILE");
+  if (!from_messages && in.prompt.empty()) throw AppError("the prompt is empty");
+  if (!in.tools_file.empty() && !in.chat && !from_messages) throw AppError("--tools needs --chat or --messages");
+  if (from_messages && !o.system.empty()) {
+    throw AppError("--system does not go with --messages: put a system message first in the conversation");
   }
-  if (prompt.empty()) throw AppError("the prompt is empty");
+  ChatRequest request;
+  if (from_messages) {
+    request = parse_chat_request(read_file(in.messages_file), in.messages_file);
+    if (request.messages.empty()) throw AppError(in.messages_file + ": the conversation has no messages");
+  }
+  if (!in.tools_file.empty()) {
+    if (!request.tools.empty()) throw AppError(in.messages_file + " has tools of its own; leave out --tools");
+    request.tools = parse_chat_tools(read_file(in.tools_file), in.tools_file);
+  }
+  LoadedModel lm = load_model(o.req);
+  std::string text = in.prompt;
+  if (in.chat || from_messages) {
+    const ChatFormat fmt = detect_chat_format(*lm.file, *lm.tokenizer, o.chat_template);
+    if (!from_messages) {
+      if (!o.system.empty()) request.messages.push_back({"system", o.system});
+      request.messages.push_back({"user", in.prompt});
+    }
+    text = render_chat_request(fmt, request, /*add_generation_prompt=*/true);
+  }
+  if (text.empty()) throw AppError("the prompt is empty");
   // The chat template's own special tokens always count as such; --no-special excludes --chat.
   const std::vector<int32_t> ids = encode_prompt(*lm.tokenizer, text, /*parse_special=*/!o.no_special);
   if (int(ids.size()) >= lm.model->n_ctx()) {
@@ -465,15 +492,27 @@ int main_body(int argc, char** argv) {
   app.require_subcommand(1);
 
   RunOptions gen;
-  std::string prompt;
-  bool chat = false;
+  GenerateInput gen_in;
   CLI::App* g = app.add_subcommand("generate", "generate text from a prompt");
   add_model_options(g, gen);
   add_sampling_options(g, gen);
-  g->add_option("-p,--prompt", prompt, "the prompt")->required();
-  CLI::Option* chat_flag = g->add_flag("--chat", chat, "wrap the prompt in the model's chat template as a user message");
+  CLI::Option* prompt_opt = g->add_option("-p,--prompt", gen_in.prompt, "the prompt (or --messages)");
+  CLI::Option* chat_flag =
+      g->add_flag("--chat", gen_in.chat, "wrap the prompt in the model's chat template as a user message");
+  CLI::Option* messages_opt =
+      g->add_option("--messages", gen_in.messages_file,
+                    "a conversation to continue, rendered with the model's chat template: a JSON array of "
+                    "messages ({\"role\", \"content\"}; tool calls and tool messages where the template "
+                    "renders them, as Qwen2.5's does) or an object with \"messages\" and \"tools\"")
+          ->check(CLI::ExistingFile)
+          ->excludes(prompt_opt)
+          ->excludes(chat_flag);
+  g->add_option("--tools", gen_in.tools_file,
+                "a JSON array of tool (function) definitions offered to the model, with --chat or --messages")
+      ->check(CLI::ExistingFile);
   g->add_flag("--no-special", gen.no_special, "treat special-token text in the prompt (<|im_end|>, ...) as plain text")
-      ->excludes(chat_flag);
+      ->excludes(chat_flag)
+      ->excludes(messages_opt);
 
   RunOptions ch;
   CLI::App* c = app.add_subcommand("chat", "interactive multi-turn chat (reads lines from the terminal or a pipe)");
@@ -557,7 +596,10 @@ int main_body(int argc, char** argv) {
         ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   }
   if (int rc = parse_cli(app, argc, argv); rc >= 0) return rc;
-  if (g->parsed()) return cmd_generate(gen, prompt, chat);
+  if (g->parsed()) {
+    gen_in.has_prompt = g->count("--prompt") > 0;
+    return cmd_generate(gen, gen_in);
+  }
   if (c->parsed()) return cmd_chat(ch);
   if (in->parsed()) return cmd_inspect(inspect_path, inspect_json);
   if (tk->parsed()) {

@@ -5,6 +5,8 @@
 #include <ctime>
 #include <optional>
 
+#include <nlohmann/json.hpp>
+
 #include "model/gguf.h"
 #include "model/tokenizer.h"
 
@@ -267,7 +269,10 @@ ChatFormat detect_chat_format(const std::string& template_text, bool has_im_star
     throw ChatTemplateError(std::string("unknown chat template; pass --chat-template ") + kNames);
   }
   if (known && fmt.kind == found) {
-    if (found == ChatTemplate::ChatML) fmt.default_system = chatml_default_system(t);
+    if (found == ChatTemplate::ChatML) {
+      fmt.default_system = chatml_default_system(t);
+      fmt.tools = has(t, "<tools></tools>") && has(t, "<tool_response>");
+    }
     if (found == ChatTemplate::Llama3) llama31_dates(t, fmt);
     if (found == ChatTemplate::Mistral) fmt.mistral = *mistral;
     if (found == ChatTemplate::DeepSeekR1) {
@@ -294,9 +299,79 @@ ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std
   }
 }
 
+namespace {
+
+// Qwen2.5's template: ChatML with tools, tool calls and tool messages (render_chat's comment).
+std::string render_chatml_tools(const ChatFormat& fmt, const ChatRequest& request, bool add_generation_prompt) {
+  const std::vector<ChatMessage>& msgs = request.messages;
+  // The template reads messages[0] first, which an empty conversation does not have.
+  if (msgs.empty()) throw ChatTemplateError("the chatml chat format with tools takes at least one message");
+  const bool has_system = msgs[0].role == "system";
+  std::string out;
+  if (!request.tools.empty()) {
+    out += "<|im_start|>system\n" + (has_system ? msgs[0].content : fmt.default_system) +
+           "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+           "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+    for (const std::string& tool : request.tools) out += "\n" + tool;
+    out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments "
+           "within <tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, "
+           "\"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n";
+  } else {
+    out += "<|im_start|>system\n" + (has_system ? msgs[0].content : fmt.default_system) + "<|im_end|>\n";
+  }
+  for (size_t i = has_system ? 1 : 0; i < msgs.size(); ++i) {
+    const ChatMessage& m = msgs[i];
+    if (m.role == "user" || m.role == "system" || (m.role == "assistant" && m.tool_calls.empty())) {
+      out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+    } else if (m.role == "assistant") {
+      out += "<|im_start|>assistant";
+      if (!m.content.empty()) out += "\n" + m.content;
+      for (const ChatToolCall& call : m.tool_calls) {
+        out += "\n<tool_call>\n{\"name\": \"" + call.name + "\", \"arguments\": " + call.arguments + "}\n</tool_call>";
+      }
+      out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      if (i == 0 || msgs[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n" + m.content + "\n</tool_response>";
+      if (i + 1 == msgs.size() || msgs[i + 1].role != "tool") out += "<|im_end|>\n";
+    } else {
+      throw ChatTemplateError("message " + std::to_string(i + 1) + " is a '" + m.role +
+                              "' message; the chatml chat format takes system, user, assistant and tool messages");
+    }
+  }
+  if (add_generation_prompt) out += "<|im_start|>assistant\n";
+  return out;
+}
+
+// A format without tools: tools and tool calls are refused, and so are tool messages where the
+// format would write any role as it is (the others refuse them with their own messages).
+void check_no_tools(const ChatFormat& fmt, const ChatRequest& request) {
+  const std::string refusal = std::string("the ") + chat_template_name(fmt.kind) +
+                              " chat format renders no tools, tool calls or tool messages (Qwen2.5's chatml "
+                              "template does)";
+  if (!request.tools.empty()) throw ChatTemplateError(refusal);
+  const bool any_role = fmt.kind == ChatTemplate::ChatML || fmt.kind == ChatTemplate::Llama3 ||
+                        fmt.kind == ChatTemplate::None;
+  for (size_t i = 0; i < request.messages.size(); ++i) {
+    const ChatMessage& m = request.messages[i];
+    if (!m.tool_calls.empty() || (any_role && m.role == "tool")) {
+      throw ChatTemplateError("message " + std::to_string(i + 1) + ": " + refusal);
+    }
+  }
+}
+
+}  // namespace
+
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt) {
+  return render_chat_request(fmt, ChatRequest{msgs, {}}, add_generation_prompt);
+}
+
+std::string render_chat_request(const ChatFormat& fmt, const ChatRequest& request, bool add_generation_prompt) {
   check_token_texts(fmt);
+  if (fmt.kind == ChatTemplate::ChatML && fmt.tools) return render_chatml_tools(fmt, request, add_generation_prompt);
+  check_no_tools(fmt, request);
+  const std::vector<ChatMessage>& msgs = request.messages;
   const bool add_system = !fmt.default_system.empty() && (msgs.empty() || msgs[0].role != "system");
   const bool has_system = !msgs.empty() && msgs[0].role == "system";
   std::string out;
@@ -425,6 +500,150 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
       break;
   }
   return out;
+}
+
+// ---- conversations as JSON ----------------------------------------------------------------------
+
+namespace {
+
+using Json = nlohmann::ordered_json;  // keys in the order written
+
+void append_json_string(const std::string& text, std::string& out) {
+  out += '"';
+  for (const char ch : text) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      case '\b': out += "\\b"; break;
+      case '\f': out += "\\f"; break;
+      default:
+        if (c < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  out += '"';
+}
+
+// Python's json.dumps(j, ensure_ascii=False): numbers as nlohmann writes them (shortest round
+// trip, as Python's repr), strings with Python's escapes.
+void append_python_json(const Json& j, std::string& out) {
+  if (j.is_object()) {
+    out += '{';
+    bool first = true;
+    for (const auto& [key, value] : j.items()) {
+      if (!first) out += ", ";
+      first = false;
+      append_json_string(key, out);
+      out += ": ";
+      append_python_json(value, out);
+    }
+    out += '}';
+  } else if (j.is_array()) {
+    out += '[';
+    for (size_t i = 0; i < j.size(); ++i) {
+      if (i > 0) out += ", ";
+      append_python_json(j[i], out);
+    }
+    out += ']';
+  } else if (j.is_string()) {
+    append_json_string(j.get<std::string>(), out);
+  } else {
+    out += j.dump();
+  }
+}
+
+std::string python_json(const Json& j) {
+  std::string out;
+  append_python_json(j, out);
+  return out;
+}
+
+Json parse_json(const std::string& text, const std::string& what) {
+  try {
+    return Json::parse(text);
+  } catch (const Json::parse_error& e) {
+    throw ChatTemplateError(what + ": not JSON (" + e.what() + ")");
+  }
+}
+
+std::vector<std::string> tools_of(const Json& j, const std::string& where) {
+  if (!j.is_array()) throw ChatTemplateError(where + ": expected an array of tool definitions");
+  std::vector<std::string> tools;
+  for (const Json& t : j) tools.push_back(python_json(t));
+  return tools;
+}
+
+const Json& field(const Json& object, const char* key, const std::string& where) {
+  if (!object.contains(key)) throw ChatTemplateError(where + ": no \"" + key + "\"");
+  return object.at(key);
+}
+
+std::string string_field(const Json& object, const char* key, const std::string& where) {
+  const Json& v = field(object, key, where);
+  if (!v.is_string()) throw ChatTemplateError(where + "." + key + ": expected a string");
+  return v.get<std::string>();
+}
+
+ChatMessage message_of(const Json& m, const std::string& where) {
+  if (!m.is_object()) throw ChatTemplateError(where + ": expected an object with \"role\" and \"content\"");
+  ChatMessage msg;
+  msg.role = string_field(m, "role", where);
+  if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool") {
+    throw ChatTemplateError(where + ".role: '" + msg.role + "' (expected system, user, assistant or tool)");
+  }
+  if (m.contains("tool_calls")) {
+    const Json& calls = m.at("tool_calls");
+    if (msg.role != "assistant" || !calls.is_array()) {
+      throw ChatTemplateError(where + ".tool_calls: expected an array, in an assistant message");
+    }
+    for (size_t i = 0; i < calls.size(); ++i) {
+      const std::string at = where + ".tool_calls[" + std::to_string(i) + "]";
+      if (!calls[i].is_object()) throw ChatTemplateError(at + ": expected an object");
+      const bool nested = calls[i].contains("function");
+      const Json& f = nested ? calls[i].at("function") : calls[i];
+      const std::string fwhere = nested ? at + ".function" : at;
+      if (!f.is_object()) throw ChatTemplateError(fwhere + ": expected an object");
+      msg.tool_calls.push_back({string_field(f, "name", fwhere), python_json(field(f, "arguments", fwhere))});
+    }
+  }
+  const bool may_lack_content = !msg.tool_calls.empty();
+  if (may_lack_content && (!m.contains("content") || m.at("content").is_null())) return msg;
+  msg.content = string_field(m, "content", where);
+  return msg;
+}
+
+}  // namespace
+
+std::string chat_json_text(const std::string& json_text) { return python_json(parse_json(json_text, "JSON")); }
+
+ChatRequest parse_chat_request(const std::string& json_text, const std::string& what) {
+  const Json j = parse_json(json_text, what);
+  const Json* messages = &j;
+  ChatRequest request;
+  if (j.is_object()) {
+    messages = &field(j, "messages", what);
+    if (j.contains("tools")) request.tools = tools_of(j.at("tools"), what + ": tools");
+  }
+  if (!messages->is_array()) {
+    throw ChatTemplateError(what + ": expected an array of messages, or an object with \"messages\"");
+  }
+  for (size_t i = 0; i < messages->size(); ++i) {
+    request.messages.push_back(message_of((*messages)[i], what + ": messages[" + std::to_string(i) + "]"));
+  }
+  return request;
+}
+
+std::vector<std::string> parse_chat_tools(const std::string& json_text, const std::string& what) {
+  return tools_of(parse_json(json_text, what), what);
 }
 
 }  // namespace tllm

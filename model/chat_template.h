@@ -35,9 +35,24 @@ enum class MistralStyle {
   Tekken,  // "[INST]u[/INST]a</s>"
 };
 
+// A function call in an assistant message: the function's name and its arguments as JSON text,
+// written as the template's tojson writes them (chat_json_text).
+struct ChatToolCall {
+  std::string name;
+  std::string arguments;
+};
+
 struct ChatMessage {
-  std::string role;  // "system", "user", "assistant"
+  std::string role;  // "system", "user", "assistant"; "tool" (a function's result) where fmt.tools
   std::string content;
+  std::vector<ChatToolCall> tool_calls = {};  // assistant messages, where fmt.tools
+};
+
+// A conversation to render: its messages and the tools offered to the model (each tool's JSON
+// text, as chat_json_text writes it).
+struct ChatRequest {
+  std::vector<ChatMessage> messages;
+  std::vector<std::string> tools;
 };
 
 struct ChatFormat {
@@ -69,6 +84,9 @@ struct ChatFormat {
   bool think_prompt = false;
   bool join_system = false;
   bool assistant_after_user = false;
+  // ChatML: Qwen2.5's template, which renders tools (in the system turn), assistant messages with
+  // tool calls and tool messages (recognised by "<tools></tools>" and "<tool_response>").
+  bool tools = false;
 };
 
 // "chatml" | "llama3" | "llama2" | "mistral" | "zephyr" | "deepseek-r1" | "none"; throws
@@ -143,8 +161,38 @@ ChatFormat detect_chat_format(const GgufFile& f, const Tokenizer& tok, const std
 // templates as released take none), and Zephyr and DeepSeekR1 take the roles system, user and
 // assistant in any order; anything else throws ChatTemplateError, as the templates raise (Llama
 // 2's and Zephyr's templates would drop a message of another role without a word; DeepSeek-R1's
-// renders tool messages, which no format here does). Throws ChatTemplateError when the format
+// renders tool messages, which this format does not). Throws ChatTemplateError when the format
 // writes BOS or EOS text and fmt holds none.
 std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& msgs,
                         bool add_generation_prompt);
+// render_chat with tools. Only a ChatML format with fmt.tools renders tools, tool calls and tool
+// messages, as Qwen2.5's template does:
+//   - with tools, the system turn is the system message (or the default prompt), then
+//     "\n\n# Tools\n\n…<tools>", each tool's JSON on a line of its own, and "</tools>" with the
+//     template's instructions for <tool_call> replies;
+//   - an assistant message with tool calls is "<|im_start|>assistant", "\n" + content where there
+//     is content, then "\n<tool_call>\n{\"name\": \"NAME\", \"arguments\": ARGS}\n</tool_call>"
+//     per call, then "<|im_end|>\n";
+//   - a run of tool messages is one user turn: "<|im_start|>user", then
+//     "\n<tool_response>\ncontent\n</tool_response>" per message, then "<|im_end|>\n".
+// Any other format (or ChatML without fmt.tools) throws ChatTemplateError for tools, tool calls
+// and tool messages, and with fmt.tools a role other than system, user, assistant and tool
+// throws too (the template would drop that message without a word).
+std::string render_chat_request(const ChatFormat& fmt, const ChatRequest& request, bool add_generation_prompt);
+
+// JSON text as Hugging Face's tojson filter writes it for chat templates (Python's json.dumps
+// with ensure_ascii=False): ", " and ": " between items, keys in the order given, non-ASCII text
+// as it is. Throws ChatTemplateError when `json_text` is not JSON.
+std::string chat_json_text(const std::string& json_text);
+
+// Reads a conversation from JSON text: an array of messages, or an object with "messages" and,
+// optionally, "tools" (an array), as an OpenAI-style chat request has them. A message is an object
+// with "role" (system, user, assistant or tool) and "content" (a string; an assistant message with
+// "tool_calls" may have none or null); each tool call is {"function": {"name", "arguments"}} (or
+// {"name", "arguments"}), the arguments any JSON value. Throws ChatTemplateError naming `what`
+// (the file) and the field for anything else.
+ChatRequest parse_chat_request(const std::string& json_text, const std::string& what);
+// Reads a JSON array of tool definitions (each kept as chat_json_text writes it); throws
+// ChatTemplateError naming `what` otherwise.
+std::vector<std::string> parse_chat_tools(const std::string& json_text, const std::string& what);
 }  // namespace tllm

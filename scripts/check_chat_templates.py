@@ -6,19 +6,23 @@ e.g. python3 -m venv /tmp/venv-chat && /tmp/venv-chat/bin/pip install jinja2):
     /tmp/venv-chat/bin/python scripts/check_chat_templates.py [TEMPLATE.jinja ...]
         [--tokenizer-test ./build/tests/tokenizer_test] [--count N] [--seed S]
 
-TEMPLATE defaults to every tests/tokenizer/data/deepseek-r1/*.jinja: the chat_template of each
-DeepSeek-R1 revision (the README there says where each text comes from; r1-distill: the R1
-distills' as first released; r1-distill-think: their later revision; r1: DeepSeek-R1's later
-revision; r1-0528 and r1-0528-qwen3-8b: DeepSeek-R1-0528's and its Qwen3-8B distill's). Each
-template is rendered by jinja2 the way Hugging Face's apply_chat_template renders it (a sandboxed
-environment with trim_blocks and lstrip_blocks, the loopcontrols extension, raise_exception;
-messages, add_generation_prompt, bos_token and eos_token as arguments), with and without the
-generation prompt, on a fixed set of conversations and N random ones of system,
-user and assistant messages (contents with and without reasoning blocks, several "</think>",
-empty, multi-line and non-ASCII text, special-token text). The same templates and conversations
-go to tokenizer_test (ChatTemplateJinja.RenderCasesFromScript), which detects the format from each
-template with detect_chat_format and renders with render_chat. The script prints, per template, the
-format detected, the number of renders and the number that differ from jinja2's.
+TEMPLATE defaults to every tests/tokenizer/data/deepseek-r1/*.jinja and qwen2.5/*.jinja: the
+chat_template of each DeepSeek-R1 revision (the README there says where each text comes from;
+r1-distill: the R1 distills' as first released; r1-distill-think: their later revision; r1:
+DeepSeek-R1's later revision; r1-0528 and r1-0528-qwen3-8b: DeepSeek-R1-0528's and its Qwen3-8B
+distill's) and Qwen2.5-Instruct's. Each template is rendered by jinja2 the way Hugging Face's
+apply_chat_template renders it (a sandboxed environment with trim_blocks and lstrip_blocks, the
+loopcontrols extension, raise_exception, and tojson as json.dumps with ensure_ascii=False; messages,
+add_generation_prompt, bos_token, eos_token and tools as arguments), with and without the
+generation prompt, on a fixed set of conversations and N random ones of system, user and assistant
+messages (contents with and without reasoning blocks, several "</think>", empty, multi-line and
+non-ASCII text, special-token text). For a template that renders tools (Qwen2.5's), the random
+conversations also hold tool messages and assistant messages with tool calls (nested in "function"
+or not; arguments with nested objects, numbers, escapes and non-ASCII text; content empty, null or
+text), and half of them offer one to three tools. The same templates and conversations go to
+tokenizer_test (ChatTemplateJinja.RenderCasesFromScript), which detects the format from each
+template with detect_chat_format and renders with render_chat_request. The script prints, per
+template, the format detected, the number of renders and the number that differ from jinja2's.
 
 Exit status 0 when every template is recognised and every render equals jinja2's, 1 otherwise (the
 first differences are printed).
@@ -38,7 +42,7 @@ import jinja2.ext
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEMPLATE_DIR = os.path.join(ROOT, "tests", "tokenizer", "data", "deepseek-r1")
+TEMPLATE_DIRS = [os.path.join(ROOT, "tests", "tokenizer", "data", d) for d in ("deepseek-r1", "qwen2.5")]
 BOS = "<｜begin▁of▁sentence｜>"
 EOS = "<｜end▁of▁sentence｜>"
 
@@ -84,18 +88,51 @@ def hf_environment():
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
     env.globals["raise_exception"] = raise_exception
     return env
 
 
-def conversations(count, rng):
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "description": "Current weather in a city",
+                                      "parameters": {"type": "object", "properties": {
+                                          "city": {"type": "string", "description": "城市, e.g. \"Paris\""},
+                                          "unit": {"type": "string", "enum": ["c", "f"]}},
+                                          "required": ["city"]}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object", "properties": {
+        "a": {"type": "number"}, "b": {"type": "number", "minimum": -1.5}}}}},
+    {"name": "now", "description": "tab\tand newline\n", "parameters": {}},
+]
+ARGUMENTS = [{}, {"city": "Paris"}, {"city": "São Paulo", "unit": "c"}, {"a": 1, "b": 2.5e-07},
+             {"nested": {"list": [1, "two", None, True, False], "quote": "\"x\"\\"}}, "a plain string"]
+
+
+def tool_call(rng):
+    call = {"name": rng.choice(["get_weather", "add", "now"]), "arguments": rng.choice(ARGUMENTS)}
+    return {"type": "function", "function": call} if rng.random() < 0.7 else call
+
+
+def random_message(rng, tools):
+    roles = ["system", "user", "user", "assistant", "assistant"] + (["tool", "tool", "assistant"] if tools else [])
+    role = rng.choice(roles)
+    if role == "assistant" and tools and rng.random() < 0.5:
+        return {"role": "assistant", "content": rng.choice([None, "", rng.choice(CONTENTS)]),
+                "tool_calls": [tool_call(rng) for _ in range(rng.randint(1, 3))]}
+    return {"role": role, "content": rng.choice(CONTENTS)}
+
+
+def conversations(count, rng, tools):
     for msgs in FIXED:
-        yield msgs
+        yield msgs, None
     for _ in range(count):
-        n = rng.randint(0, 8)
-        yield [{"role": rng.choice(["system", "user", "user", "assistant", "assistant"]),
-                "content": rng.choice(CONTENTS)} for _ in range(n)]
+        n = rng.randint(1 if tools else 0, 8)  # Qwen2.5's template reads messages[0]
+        msgs = [random_message(rng, tools) for _ in range(n)]
+        offered = rng.sample(TOOLS, rng.randint(1, 3)) if tools and rng.random() < 0.5 else None
+        yield msgs, offered
 
 
 def main():
@@ -105,7 +142,7 @@ def main():
     ap.add_argument("--count", type=int, default=500, help="random conversations per template")
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
-    paths = args.templates or sorted(glob.glob(os.path.join(TEMPLATE_DIR, "*.jinja")))
+    paths = args.templates or sorted(p for d in TEMPLATE_DIRS for p in glob.glob(os.path.join(d, "*.jinja")))
     if not paths:
         sys.exit("no chat templates found")
 
@@ -119,14 +156,20 @@ def main():
         templates.append({"text": text, "bos": BOS, "eos": EOS})
         compiled = env.from_string(text)
         rng = random.Random(args.seed * 1000 + ti)
-        for msgs in conversations(args.count, rng):
+        renders_tools = "<tool_response>" in text
+        for msgs, tools in conversations(args.count, rng, renders_tools):
+            if renders_tools and not msgs:
+                continue  # the template reads messages[0]; render_chat_request refuses it too
             for add_generation_prompt in (True, False):
                 try:
                     want = compiled.render(messages=msgs, add_generation_prompt=add_generation_prompt,
-                                           bos_token=BOS, eos_token=EOS)
+                                           bos_token=BOS, eos_token=EOS, tools=tools)
                 except jinja2.exceptions.TemplateError as e:
                     want = {"error": str(e)}
-                cases.append({"template": ti, "messages": msgs, "add_generation_prompt": add_generation_prompt})
+                case = {"template": ti, "messages": msgs, "add_generation_prompt": add_generation_prompt}
+                if tools:
+                    case["tools"] = tools
+                cases.append(case)
                 expected.append(want)
 
     with tempfile.TemporaryDirectory() as d:
@@ -164,7 +207,7 @@ def main():
             desc = "not recognised: " + fmt["error"]
             failed = True
         else:
-            flags = [k for k in ("think_prompt", "join_system", "assistant_after_user") if fmt[k]]
+            flags = [k for k in ("think_prompt", "join_system", "assistant_after_user", "tools") if fmt[k]]
             desc = fmt["kind"] + (" (" + ", ".join(flags) + ")" if flags else "")
         failed = failed or diff > 0
         print(f"{os.path.basename(path)}: {desc}; {n} renders, {diff} differences")

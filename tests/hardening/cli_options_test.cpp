@@ -59,6 +59,22 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   };
+  // Conversations for --messages: a valid one, and files that are not one.
+  const std::string conv = dir.file("conv.json"), tools = dir.file("tools.json");
+  const std::string not_json = dir.file("not.json"), bad_role = dir.file("role.json"), empty = dir.file("empty.json");
+  auto write_text = [](const std::string& path, const std::string& text) {
+    write_bytes(path, std::vector<uint8_t>(text.begin(), text.end()));
+  };
+  write_text(conv, R"([{"role": "user", "content": "hi"}])");
+  write_text(tools, R"([{"name": "now"}])");
+  write_text(not_json, "{\"messages\": [");
+  write_text(bad_role, R"([{"role": "bot", "content": "hi"}])");
+  write_text(empty, R"({"messages": []})");
+  auto messages = [&](const std::string& file, std::vector<std::string> extra = {}) {
+    std::vector<std::string> a = {t, "generate", "-m", m, "--messages", file, "--backend", "cpu", "-q"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
   auto logits = [&](std::vector<std::string> extra) {
     std::vector<std::string> a = {t, "logits", "-m", m, "--backend", "cpu", "-q", "-o", dir.file("l.bin")};
     a.insert(a.end(), extra.begin(), extra.end());
@@ -68,7 +84,7 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {{t}, {"A subcommand is required"}},
       {{t, "bogus"}, {"see --help"}},
       {{t, "generate", "-p", "hi"}, {"--model is required"}},
-      {{t, "generate", "-m", m}, {"--prompt is required"}},
+      {{t, "generate", "-m", m}, {"give a prompt (-p TEXT) or --messages FILE"}},
       {gen({"--bogus"}), {"--bogus"}},
       {gen({"-n", "0"}), {"--max-tokens", "0"}},
       {gen({"-n", "-5"}), {"--max-tokens", "-5"}},
@@ -102,6 +118,16 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       // The byte-level tiny model gives one token per byte: 9 tokens do not fit a context of 8.
       {gen({"--ctx", "8"}, "123456789"), {"the prompt has 9 tokens but the context holds 8"}},
       {gen({}, ""), {"the prompt is empty"}},
+      {gen({"--tools", tools}), {"--tools needs --chat or --messages"}},
+      {gen({"--messages", conv}), {"--prompt excludes --messages"}},
+      {gen({"--tools", dir.file("absent.json"), "--chat"}), {"--tools", "absent.json"}},
+      {messages(not_json), {not_json, "not JSON"}},
+      {messages(bad_role), {bad_role, "messages[0].role: 'bot' (expected system, user, assistant or tool)"}},
+      {messages(empty), {empty, "the conversation has no messages"}},
+      {messages(conv, {"--system", "S"}), {"--system does not go with --messages"}},
+      {messages(conv, {"--tools", not_json}), {not_json, "not JSON"}},
+      {messages(conv, {"--chat"}), {"--chat excludes --messages"}},
+      {messages(conv, {"--no-special"}), {"--messages excludes --no-special"}},
       {{t, "chat", "-m", m, "-n", "0"}, {"--max-tokens"}},
       {{t, "chat", "-m", m, "--ctx", "0"}, {"--ctx"}},
       {{t, "chat", "-m", m, "--backend", "tpu"}, {"--backend"}},
@@ -345,7 +371,7 @@ TEST(CliOptions, InspectJsonKeepsTheMetadataTypes) {
   EXPECT_EQ(m.at("tokenizer.ggml.token_type").at("element_type"), "i32");
   // Strings are whole, where the table cuts them at 80 characters.
   EXPECT_GT(m.at("tokenizer.chat_template").get<std::string>().size(), 80u);
-  EXPECT_EQ(m.at("tokenizer.chat_template").get<std::string>().rfind("{%- if messages[0]['role'] == 'system' %}", 0), 0u);
+  EXPECT_EQ(m.at("tokenizer.chat_template").get<std::string>().rfind("{%- if tools %}", 0), 0u);
   const nlohmann::json& c = j.at("model");
   EXPECT_EQ(c.at("arch"), "qwen2");
   EXPECT_EQ(c.at("n_layer"), 2);

@@ -24,19 +24,21 @@ TEST(ChatTemplateJinja, RenderCasesFromScript) {
   }
   std::ifstream in(cases_path, std::ios::binary);
   ASSERT_TRUE(in) << cases_path;
-  const nlohmann::json cases = nlohmann::json::parse(in);
+  // Keys in the order written: tool-call arguments and tools are rendered in that order.
+  const nlohmann::ordered_json cases = nlohmann::ordered_json::parse(in);
   // Each template: {"text", "bos", "eos"}; each case: {"template": index, "messages": [{"role",
-  // "content"}], "add_generation_prompt"}.
+  // "content", "tool_calls"?}], "tools"?: [...], "add_generation_prompt"}.
   std::vector<ChatFormat> formats;
   nlohmann::json out_formats = nlohmann::json::array();
-  for (const nlohmann::json& t : cases.at("templates")) {
+  for (const nlohmann::ordered_json& t : cases.at("templates")) {
     ChatFormat f;
     try {
       f = detect_chat_format(t.at("text").get<std::string>(), false, "");
       out_formats.push_back({{"kind", chat_template_name(f.kind)},
                              {"think_prompt", f.think_prompt},
                              {"join_system", f.join_system},
-                             {"assistant_after_user", f.assistant_after_user}});
+                             {"assistant_after_user", f.assistant_after_user},
+                             {"tools", f.tools}});
     } catch (const ChatTemplateError& e) {
       f.kind = ChatTemplate::None;
       out_formats.push_back({{"error", e.what()}});
@@ -46,14 +48,12 @@ TEST(ChatTemplateJinja, RenderCasesFromScript) {
     formats.push_back(f);
   }
   nlohmann::json renders = nlohmann::json::array();
-  for (const nlohmann::json& c : cases.at("cases")) {
-    std::vector<ChatMessage> msgs;
-    for (const nlohmann::json& m : c.at("messages")) {
-      msgs.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
-    }
+  for (const nlohmann::ordered_json& c : cases.at("cases")) {
+    ChatRequest request = parse_chat_request(c.at("messages").dump(), "case");
+    if (c.contains("tools")) request.tools = parse_chat_tools(c.at("tools").dump(), "case");
     try {
-      renders.push_back({{"text", render_chat(formats.at(c.at("template").get<size_t>()), msgs,
-                                              c.at("add_generation_prompt").get<bool>())}});
+      renders.push_back({{"text", render_chat_request(formats.at(c.at("template").get<size_t>()), request,
+                                                      c.at("add_generation_prompt").get<bool>())}});
     } catch (const ChatTemplateError& e) {
       renders.push_back({{"error", e.what()}});
     }

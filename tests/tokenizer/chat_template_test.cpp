@@ -468,10 +468,10 @@ TEST(ChatTemplate, RenderDeepSeekR1) {
   EXPECT_NE(msg.find("the deepseek-r1 chat format writes the BOS token as text"), std::string::npos) << msg;
 }
 
-// The chat_template of each DeepSeek-R1 revision (data/deepseek-r1/README.md says where each text
-// comes from; the file ends with a newline that the JSON string does not have).
-std::string r1_template(const std::string& name) {
-  const std::string path = std::string(TLLM_SOURCE_DIR) + "/tests/tokenizer/data/deepseek-r1/" + name + ".jinja";
+// A chat_template from tests/tokenizer/data (each folder's README.md says where each text comes
+// from; the file ends with a newline that the JSON string does not have).
+std::string data_template(const std::string& folder, const std::string& name) {
+  const std::string path = std::string(TLLM_SOURCE_DIR) + "/tests/tokenizer/data/" + folder + "/" + name + ".jinja";
   std::ifstream in(path, std::ios::binary);
   EXPECT_TRUE(in) << path;
   std::ostringstream ss;
@@ -480,6 +480,9 @@ std::string r1_template(const std::string& name) {
   if (!text.empty() && text.back() == '\n') text.pop_back();
   return text;
 }
+
+// The chat_template of a DeepSeek-R1 revision.
+std::string r1_template(const std::string& name) { return data_template("deepseek-r1", name); }
 
 TEST(ChatTemplate, DetectsDeepSeekR1Revisions) {
   struct Revision {
@@ -745,6 +748,157 @@ TEST(ChatTemplate, FromGgufTokenTexts) {
   EXPECT_EQ(render_chat(d, {{"user", "你好"}}, true), "<｜begin▁of▁sentence｜><｜User｜>你好<｜Assistant｜>");
 
   for (const std::string& p : {llama2, no_ids, other_eos, zephyr, llama31, bpe, r1}) std::remove(p.c_str());
+}
+
+// ---- tools: Qwen2.5's ChatML template ----------------------------------------------------------
+
+const std::string kQwenSystem = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+// The tools block of Qwen2.5's system turn, around the tools' JSON lines.
+const std::string kToolsOpen =
+    "\n\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+const std::string kToolsClose =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n";
+
+ChatFormat qwen25_format() {
+  ChatFormat f = detect_chat_format(data_template("qwen2.5", "qwen2.5-instruct"), false, "");
+  f.bos_text = "<|endoftext|>";
+  f.eos_text = "<|im_end|>";
+  return f;
+}
+
+TEST(ChatTemplate, DetectsQwen25Tools) {
+  const ChatFormat f = qwen25_format();
+  EXPECT_EQ(f.kind, ChatTemplate::ChatML);
+  EXPECT_TRUE(f.tools);
+  EXPECT_EQ(f.default_system, kQwenSystem);
+  // Templates without the tool parts render none.
+  for (const std::string& t : {kQwen25Template, kSmolLM2Template, kPlainChatML}) {
+    EXPECT_FALSE(detect_chat_format(t, false, "").tools) << t;
+  }
+  // Without tools, Qwen2.5's full template renders as the others.
+  EXPECT_EQ(render_chat(f, {{"user", "你好"}}, true),
+            "<|im_start|>system\n" + kQwenSystem + "<|im_end|>\n<|im_start|>user\n你好<|im_end|>\n"
+            "<|im_start|>assistant\n");
+  EXPECT_EQ(render_chat(f, {{"system", "S"}, {"user", "Q"}, {"system", "late"}}, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n<|im_start|>system\nlate<|im_end|>\n");
+}
+
+TEST(ChatTemplate, RenderQwen25Tools) {
+  const ChatFormat f = qwen25_format();
+  const std::string weather = chat_json_text(
+      R"({"type":"function","function":{"name":"get_weather","parameters":{"type":"object",)"
+      R"("properties":{"city":{"type":"string","description":"城市"}}}}})");
+  EXPECT_EQ(weather,
+            R"({"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", )"
+            R"("properties": {"city": {"type": "string", "description": "城市"}}}}})");
+  ChatRequest r;
+  r.tools = {weather, chat_json_text(R"({"name":"now"})")};
+  r.messages = {{"user", "Weather in Paris?"}};
+  EXPECT_EQ(render_chat_request(f, r, true), "<|im_start|>system\n" + kQwenSystem + kToolsOpen + "\n" + weather +
+                                         "\n{\"name\": \"now\"}" + kToolsClose +
+                                         "<|im_start|>user\nWeather in Paris?<|im_end|>\n<|im_start|>assistant\n");
+  // A system message takes the default prompt's place before the tools.
+  r.messages.insert(r.messages.begin(), {"system", "Be brief."});
+  EXPECT_EQ(render_chat_request(f, r, false), "<|im_start|>system\nBe brief." + kToolsOpen + "\n" + weather +
+                                          "\n{\"name\": \"now\"}" + kToolsClose +
+                                          "<|im_start|>user\nWeather in Paris?<|im_end|>\n");
+}
+
+TEST(ChatTemplate, RenderQwen25ToolCallsAndToolMessages) {
+  const ChatFormat f = qwen25_format();
+  ChatMessage calls{"assistant", "", {{"f", R"({"x": 1})"}, {"g", "{}"}}};
+  const std::vector<ChatMessage> msgs = {{"system", "S"}, {"user", "Q"}, calls, {"tool", "R1"}, {"tool", "R2"},
+                                         {"assistant", "done"}};
+  EXPECT_EQ(render_chat(f, msgs, false),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ<|im_end|>\n"
+            "<|im_start|>assistant\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+            "<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call><|im_end|>\n"
+            "<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n</tool_response>"
+            "<|im_end|>\n<|im_start|>assistant\ndone<|im_end|>\n");
+  // Content before the calls; a tool message first and last.
+  calls.content = "Let me check.";
+  EXPECT_EQ(render_chat(f, {{"tool", "R"}, calls, {"tool", "R3"}}, true),
+            "<|im_start|>system\n" + kQwenSystem + "<|im_end|>\n<|im_start|>user\n<tool_response>\nR\n"
+            "</tool_response><|im_end|>\n<|im_start|>assistant\nLet me check.\n<tool_call>\n{\"name\": \"f\", "
+            "\"arguments\": {\"x\": 1}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n"
+            "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nR3\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n");
+  std::string msg = error_of([&] { render_chat(f, {{"user", "Q"}, {"function", "x"}}, true); });
+  EXPECT_NE(msg.find("message 2 is a 'function' message"), std::string::npos) << msg;
+  msg = error_of([&] { render_chat(f, std::vector<ChatMessage>{}, true); });
+  EXPECT_NE(msg.find("at least one message"), std::string::npos) << msg;
+}
+
+TEST(ChatTemplate, FormatsWithoutToolsRefuseThem) {
+  ChatFormat llama3 = detect_chat_format(kLlama3Template, false, "");
+  ChatFormat chatml = detect_chat_format(kQwen25Template, false, "");  // the abridged one: no tools
+  for (const ChatFormat& f : {llama3, chatml}) {
+    SCOPED_TRACE(chat_template_name(f.kind));
+    ChatRequest r;
+    r.messages = {{"user", "Q"}};
+    r.tools = {"{}"};
+    std::string msg = error_of([&] { render_chat_request(f, r, true); });
+    EXPECT_NE(msg.find("renders no tools, tool calls or tool messages"), std::string::npos) << msg;
+    msg = error_of([&] { render_chat(f, {{"user", "Q"}, {"assistant", "", {{"f", "{}"}}}}, true); });
+    EXPECT_NE(msg.find("message 2: the "), std::string::npos) << msg;
+    msg = error_of([&] { render_chat(f, {{"user", "Q"}, {"tool", "R"}}, true); });
+    EXPECT_NE(msg.find("message 2: the "), std::string::npos) << msg;
+  }
+}
+
+TEST(ChatTemplate, ChatJsonTextIsPythonsJsonDumps) {
+  EXPECT_EQ(chat_json_text(R"({"b":[true,false,null,1,-2.5,1e-07,1e+16],"a":{}, "c":[]})"),
+            R"({"b": [true, false, null, 1, -2.5, 1e-07, 1e+16], "a": {}, "c": []})");
+  // Python's escapes; non-ASCII text as it is (ensure_ascii=False).
+  EXPECT_EQ(chat_json_text(R"(["q\"b\\s\/n\nr\rt\tb\bf\fc\u0001d\u007f", "é😀"])"),
+            "[\"q\\\"b\\\\s/n\\nr\\rt\\tb\\bf\\fc\\u0001d\x7f\", \"é😀\"]");
+  const std::string msg = error_of([] { chat_json_text("{\"a\":"); });
+  EXPECT_NE(msg.find("not JSON"), std::string::npos) << msg;
+}
+
+TEST(ChatTemplate, ParseChatRequest) {
+  const ChatRequest r = parse_chat_request(
+      R"({"messages":[{"role":"system","content":"S"},{"role":"user","content":"Q"},)"
+      R"({"role":"assistant","content":null,"tool_calls":[{"type":"function","function":)"
+      R"({"name":"f","arguments":{"city":"Paris"}}},{"name":"g","arguments":"{\"raw\": 1}"}]},)"
+      R"({"role":"tool","content":"R"}],"tools":[{"name":"f"}]})",
+      "conv.json");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[0].role, "system");
+  EXPECT_EQ(r.messages[2].content, "");
+  ASSERT_EQ(r.messages[2].tool_calls.size(), 2u);
+  EXPECT_EQ(r.messages[2].tool_calls[0].name, "f");
+  EXPECT_EQ(r.messages[2].tool_calls[0].arguments, R"({"city": "Paris"})");
+  // Arguments given as a string are a JSON string to the template's tojson, as in Python.
+  EXPECT_EQ(r.messages[2].tool_calls[1].arguments, R"("{\"raw\": 1}")");
+  EXPECT_EQ(r.messages[3].role, "tool");
+  EXPECT_EQ(r.tools, std::vector<std::string>{R"({"name": "f"})"});
+  EXPECT_EQ(parse_chat_request(R"([{"role":"user","content":"hi"}])", "a.json").messages.size(), 1u);
+  EXPECT_EQ(parse_chat_tools(R"([{"name":"f"},{"name":"g"}])", "t.json").size(), 2u);
+
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"messages":)", "conv.json: not JSON"},
+      {R"("hello")", "conv.json: expected an array of messages"},
+      {R"({"tools":[]})", "conv.json: no \"messages\""},
+      {R"([{"role":"user"}])", "conv.json: messages[0]: no \"content\""},
+      {R"([{"role":"bot","content":"x"}])", "conv.json: messages[0].role: 'bot'"},
+      {R"([{"role":"user","content":5}])", "conv.json: messages[0].content: expected a string"},
+      {R"([{"role":"user","content":"x","tool_calls":[]}])", "messages[0].tool_calls: expected an array, in an"},
+      {R"([{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"f"}}]}])",
+       "messages[0].tool_calls[0].function: no \"arguments\""},
+      {R"([{"role":"assistant","content":"x","tool_calls":[7]}])", "messages[0].tool_calls[0]: expected an object"},
+      {R"({"messages":[],"tools":{}})", "conv.json: tools: expected an array of tool definitions"},
+      {R"(["x"])", "conv.json: messages[0]: expected an object"},
+  };
+  for (const auto& [text, want] : bad) {
+    const std::string msg = error_of([&] { parse_chat_request(text, "conv.json"); });
+    EXPECT_NE(msg.find(want), std::string::npos) << text << "\n" << msg;
+  }
+  const std::string msg = error_of([] { parse_chat_tools(R"({"name":"f"})", "t.json"); });
+  EXPECT_NE(msg.find("t.json: expected an array of tool definitions"), std::string::npos) << msg;
 }
 
 }  // namespace
