@@ -233,18 +233,30 @@ int cmd_generate(RunOptions& o, const GenerateInput& in) {
   return 0;
 }
 
-int cmd_chat(RunOptions& o) {
+// A line of chat that sends a tool's result instead of a user message.
+constexpr const char* kToolCommand = "/tool ";
+
+int cmd_chat(RunOptions& o, const std::string& tools_file) {
   check_run_options(o);
+  ChatRequest request;  // the conversation so far and the tools offered
+  if (!tools_file.empty()) request.tools = parse_chat_tools(read_file(tools_file), tools_file);
   LoadedModel lm = load_model(o.req);
   const Tokenizer& tok = *lm.tokenizer;
   const ChatFormat fmt = detect_chat_format(*lm.file, tok, o.chat_template);
+  if (!request.tools.empty() && !renders_tools(fmt)) {
+    throw AppError(std::string("--tools: the ") + chat_template_name(fmt.kind) +
+                   " chat format of this model renders no tools (Qwen2.5's chatml template does)");
+  }
   Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
   const bool tty = isatty(STDIN_FILENO) != 0;
-  std::vector<ChatMessage> msgs;
+  std::vector<ChatMessage>& msgs = request.messages;
   if (!o.system.empty()) msgs.push_back({"system", o.system});
   const size_t n_fixed = msgs.size();
   const int n_ctx = lm.model->n_ctx();
-  if (tty) std::fprintf(stderr, "chat with %s; /reset clears the conversation, /exit quits\n", o.req.path.c_str());
+  if (tty) {
+    std::fprintf(stderr, "chat with %s; /reset clears the conversation, %s/exit quits\n", o.req.path.c_str(),
+                 renders_tools(fmt) ? "/tool TEXT sends a tool's result, " : "");
+  }
   std::string line;
   for (;;) {
     if (tty) {
@@ -260,18 +272,26 @@ int cmd_chat(RunOptions& o) {
       continue;
     }
     if (line.empty()) continue;
-    msgs.push_back({"user", line});
+    if (line.rfind(kToolCommand, 0) == 0) {
+      if (!renders_tools(fmt)) {
+        std::printf("[this model's chat format renders no tool messages]\n");
+        continue;
+      }
+      msgs.push_back({"tool", line.substr(std::strlen(kToolCommand))});
+    } else {
+      msgs.push_back({"user", line});
+    }
     // Each turn encodes the whole conversation as the template renders it, BOS first where the
     // tokenizer asks for one, and keeps the tokens the context already holds: only what is new
     // runs through the model. Where a template rewrites earlier turns (Llama 2 and Mistral strip
     // the replies, DeepSeek-R1 drops their reasoning), the context is rerun from the first token
     // that differs.
-    std::vector<int32_t> ids = encode_prompt(tok, render_chat(fmt, msgs, /*add_generation_prompt=*/true), true);
+    std::vector<int32_t> ids = encode_prompt(tok, render_chat_request(fmt, request, /*add_generation_prompt=*/true), true);
     if (int64_t(ids.size()) + 1 >= n_ctx && msgs.size() > n_fixed + 1) {
       // Only earlier turns can be cleared to make room.
       std::printf("[the context of %d tokens is full; conversation cleared]\n", n_ctx);
       msgs.erase(msgs.begin() + long(n_fixed), msgs.end() - 1);
-      ids = encode_prompt(tok, render_chat(fmt, msgs, true), true);
+      ids = encode_prompt(tok, render_chat_request(fmt, request, true), true);
     }
     if (int64_t(ids.size()) + 1 >= n_ctx) {
       std::printf("[the message alone does not fit the context]\n");
@@ -515,9 +535,14 @@ int main_body(int argc, char** argv) {
       ->excludes(messages_opt);
 
   RunOptions ch;
+  std::string chat_tools;
   CLI::App* c = app.add_subcommand("chat", "interactive multi-turn chat (reads lines from the terminal or a pipe)");
   add_model_options(c, ch);
   add_sampling_options(c, ch);
+  c->add_option("--tools", chat_tools,
+                "a JSON array of tool (function) definitions offered to the model, where its chat template "
+                "renders tools (Qwen2.5's); a line '/tool TEXT' then sends a tool's result")
+      ->check(CLI::ExistingFile);
 
   std::string inspect_path;
   bool inspect_json = false;
@@ -600,7 +625,7 @@ int main_body(int argc, char** argv) {
     gen_in.has_prompt = g->count("--prompt") > 0;
     return cmd_generate(gen, gen_in);
   }
-  if (c->parsed()) return cmd_chat(ch);
+  if (c->parsed()) return cmd_chat(ch, chat_tools);
   if (in->parsed()) return cmd_inspect(inspect_path, inspect_json);
   if (tk->parsed()) {
     if (tok_file.empty() && tk->count("text") == 0) throw AppError("tokenize: give a TEXT or --file");

@@ -367,9 +367,11 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
   return render_chat_request(fmt, ChatRequest{msgs, {}}, add_generation_prompt);
 }
 
+bool renders_tools(const ChatFormat& fmt) { return fmt.kind == ChatTemplate::ChatML && fmt.tools; }
+
 std::string render_chat_request(const ChatFormat& fmt, const ChatRequest& request, bool add_generation_prompt) {
   check_token_texts(fmt);
-  if (fmt.kind == ChatTemplate::ChatML && fmt.tools) return render_chatml_tools(fmt, request, add_generation_prompt);
+  if (renders_tools(fmt)) return render_chatml_tools(fmt, request, add_generation_prompt);
   check_no_tools(fmt, request);
   const std::vector<ChatMessage>& msgs = request.messages;
   const bool add_system = !fmt.default_system.empty() && (msgs.empty() || msgs[0].role != "system");

@@ -180,6 +180,9 @@ std::string render_chat(const ChatFormat& fmt, const std::vector<ChatMessage>& m
 // throws too (the template would drop that message without a word).
 std::string render_chat_request(const ChatFormat& fmt, const ChatRequest& request, bool add_generation_prompt);
 
+// Whether render_chat_request renders tools, tool calls and tool messages in this format.
+bool renders_tools(const ChatFormat& fmt);
+
 // JSON text as Hugging Face's tojson filter writes it for chat templates (Python's json.dumps
 // with ensure_ascii=False): ", " and ": " between items, keys in the order given, non-ASCII text
 // as it is. Throws ChatTemplateError when `json_text` is not JSON.

@@ -128,6 +128,9 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {messages(conv, {"--tools", not_json}), {not_json, "not JSON"}},
       {messages(conv, {"--chat"}), {"--chat excludes --messages"}},
       {messages(conv, {"--no-special"}), {"--messages excludes --no-special"}},
+      {{t, "chat", "-m", m, "-q", "--chat-template", "llama3", "--tools", tools},
+       {"--tools: the llama3 chat format of this model renders no tools"}},
+      {{t, "chat", "-m", m, "--tools", not_json}, {not_json, "not JSON"}},
       {{t, "chat", "-m", m, "-n", "0"}, {"--max-tokens"}},
       {{t, "chat", "-m", m, "--ctx", "0"}, {"--ctx"}},
       {{t, "chat", "-m", m, "--backend", "tpu"}, {"--backend"}},
@@ -224,6 +227,29 @@ TEST(CliOptions, ChatSkipsAMessageLongerThanTheContext) {
   expect_success(r);
   EXPECT_NE(r.out.find("[the message alone does not fit the context]"), std::string::npos) << r.describe();
   EXPECT_EQ(r.err, "") << r.describe();
+}
+
+// "/tool TEXT" sends a tool's result where the chat format renders tool messages (the base model's
+// template is Qwen2.5's), and is refused, the chat going on, where it does not.
+TEST(CliOptions, ChatSendsToolResults) {
+  RunLimits limits;
+  limits.stdin_text = "hi\n/tool {\"t\": 21}\n/exit\n";
+  auto chat = [&](std::vector<std::string> extra) {
+    std::vector<std::string> a = {tiny_llm_path(), "chat", "-m", base_model_path(), "-n", "2", "--temp", "0",
+                                  "--backend", "cpu", "-q", "--stats"};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return run(a, limits);
+  };
+  const RunResult qwen = chat({});
+  expect_success(qwen);
+  size_t turns = 0;
+  for (size_t p = qwen.err.find("[prompt "); p != std::string::npos; p = qwen.err.find("[prompt ", p + 1)) ++turns;
+  EXPECT_EQ(turns, 2u) << qwen.describe();
+  EXPECT_EQ(qwen.out.find("renders no tool messages"), std::string::npos) << qwen.describe();
+  const RunResult llama3 = chat({"--chat-template", "llama3"});
+  expect_success(llama3);
+  EXPECT_NE(llama3.out.find("[this model's chat format renders no tool messages]"), std::string::npos)
+      << llama3.describe();
 }
 
 TEST(CliOptions, ChatTemplateDeepSeekR1CanBeChosen) {
