@@ -535,9 +535,14 @@ void append_json_string(const std::string& text, std::string& out) {
   out += '"';
 }
 
+// How deep JSON written for a template may nest (the writer recurses once per level).
+constexpr int kMaxJsonDepth = 256;
+
 // Python's json.dumps(j, ensure_ascii=False): numbers as nlohmann writes them (shortest round
-// trip, as Python's repr), strings with Python's escapes.
-void append_python_json(const Json& j, std::string& out) {
+// trip, as Python's repr), strings with Python's escapes. Returns false, leaving `out` partly
+// written, where j nests deeper than kMaxJsonDepth.
+bool append_python_json(const Json& j, std::string& out, int depth = 0) {
+  if (depth >= kMaxJsonDepth) return false;
   if (j.is_object()) {
     out += '{';
     bool first = true;
@@ -546,14 +551,14 @@ void append_python_json(const Json& j, std::string& out) {
       first = false;
       append_json_string(key, out);
       out += ": ";
-      append_python_json(value, out);
+      if (!append_python_json(value, out, depth + 1)) return false;
     }
     out += '}';
   } else if (j.is_array()) {
     out += '[';
     for (size_t i = 0; i < j.size(); ++i) {
       if (i > 0) out += ", ";
-      append_python_json(j[i], out);
+      if (!append_python_json(j[i], out, depth + 1)) return false;
     }
     out += ']';
   } else if (j.is_string()) {
@@ -561,18 +566,22 @@ void append_python_json(const Json& j, std::string& out) {
   } else {
     out += j.dump();
   }
+  return true;
 }
 
-std::string python_json(const Json& j) {
+// j as the template's tojson writes it; `where` names it in the error.
+std::string python_json(const Json& j, const std::string& where) {
   std::string out;
-  append_python_json(j, out);
+  if (!append_python_json(j, out)) {
+    throw ChatTemplateError(where + ": nested more than " + std::to_string(kMaxJsonDepth) + " levels deep");
+  }
   return out;
 }
 
 Json parse_json(const std::string& text, const std::string& what) {
   try {
     return Json::parse(text);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {  // a syntax error, or a number beyond a double (out_of_range)
     throw ChatTemplateError(what + ": not JSON (" + e.what() + ")");
   }
 }
@@ -580,7 +589,7 @@ Json parse_json(const std::string& text, const std::string& what) {
 std::vector<std::string> tools_of(const Json& j, const std::string& where) {
   if (!j.is_array()) throw ChatTemplateError(where + ": expected an array of tool definitions");
   std::vector<std::string> tools;
-  for (const Json& t : j) tools.push_back(python_json(t));
+  for (size_t i = 0; i < j.size(); ++i) tools.push_back(python_json(j[i], where + "[" + std::to_string(i) + "]"));
   return tools;
 }
 
@@ -614,7 +623,8 @@ ChatMessage message_of(const Json& m, const std::string& where) {
       const Json& f = nested ? calls[i].at("function") : calls[i];
       const std::string fwhere = nested ? at + ".function" : at;
       if (!f.is_object()) throw ChatTemplateError(fwhere + ": expected an object");
-      msg.tool_calls.push_back({string_field(f, "name", fwhere), python_json(field(f, "arguments", fwhere))});
+      msg.tool_calls.push_back(
+          {string_field(f, "name", fwhere), python_json(field(f, "arguments", fwhere), fwhere + ".arguments")});
     }
   }
   const bool may_lack_content = !msg.tool_calls.empty();
@@ -625,7 +635,7 @@ ChatMessage message_of(const Json& m, const std::string& where) {
 
 }  // namespace
 
-std::string chat_json_text(const std::string& json_text) { return python_json(parse_json(json_text, "JSON")); }
+std::string chat_json_text(const std::string& json_text) { return python_json(parse_json(json_text, "JSON"), "JSON"); }
 
 ChatRequest parse_chat_request(const std::string& json_text, const std::string& what) {
   const Json j = parse_json(json_text, what);

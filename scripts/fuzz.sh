@@ -2,17 +2,17 @@
 # Builds a libFuzzer target with clang (ASan + UBSan) and runs it for a while.
 #
 #   scripts/fuzz.sh TARGET [SECONDS] [libFuzzer options...]
-#     TARGET   gguf_fuzz or tokenizer_fuzz
+#     TARGET   gguf_fuzz, tokenizer_fuzz or chat_fuzz
 #     SECONDS  total fuzzing time (default 600)
 #
 # The build folder is build-fuzz (BUILD_DIR overrides). The run works in
-# BUILD_DIR/fuzz/run-TARGET: corpus/ starts from the seeds in fuzz/corpus/<gguf|tokenizer> and keeps
+# BUILD_DIR/fuzz/run-TARGET: corpus/ starts from the seeds in fuzz/corpus/<gguf|tokenizer|chat> and keeps
 # what the fuzzer adds (the committed seeds are never written to); a crashing input is saved there as
 # crash-<sha1> and the script exits non-zero. The run uses one job (-jobs=1), whose output is
 # fuzz-0.log; the script prints its last stats line at the end.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-target=${1:?usage: scripts/fuzz.sh gguf_fuzz|tokenizer_fuzz [SECONDS] [libFuzzer options...]}
+target=${1:?usage: scripts/fuzz.sh gguf_fuzz|tokenizer_fuzz|chat_fuzz [SECONDS] [libFuzzer options...]}
 seconds=${2:-600}
 shift $(( $# >= 2 ? 2 : 1 ))
 build=${BUILD_DIR:-$root/build-fuzz}
@@ -20,7 +20,8 @@ build=${BUILD_DIR:-$root/build-fuzz}
 case "$target" in
   gguf_fuzz) seeds=gguf; max_len=32768 ;;
   tokenizer_fuzz) seeds=tokenizer; max_len=4096 ;;
-  *) echo "fuzz.sh: unknown target '$target' (gguf_fuzz or tokenizer_fuzz)" >&2; exit 1 ;;
+  chat_fuzz) seeds=chat; max_len=4096 ;;
+  *) echo "fuzz.sh: unknown target '$target' (gguf_fuzz, tokenizer_fuzz or chat_fuzz)" >&2; exit 1 ;;
 esac
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \

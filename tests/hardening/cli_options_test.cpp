@@ -70,6 +70,9 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
   write_text(not_json, "{\"messages\": [");
   write_text(bad_role, R"([{"role": "bot", "content": "hi"}])");
   write_text(empty, R"({"messages": []})");
+  const std::string deep = dir.file("deep.json");  // tool-call arguments nested 100,000 levels deep
+  write_text(deep, R"([{"role": "assistant", "tool_calls": [{"name": "f", "arguments": )" + std::string(100000, '[') +
+                       std::string(100000, ']') + "}]}]");
   auto messages = [&](const std::string& file, std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {t, "generate", "-m", m, "--messages", file, "--backend", "cpu", "-q"};
     a.insert(a.end(), extra.begin(), extra.end());
@@ -124,6 +127,7 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
       {messages(not_json), {not_json, "not JSON"}},
       {messages(bad_role), {bad_role, "messages[0].role: 'bot' (expected system, user, assistant or tool)"}},
       {messages(empty), {empty, "the conversation has no messages"}},
+      {messages(deep), {deep, "nested more than 256 levels deep"}},
       {messages(conv, {"--system", "S"}), {"--system does not go with --messages"}},
       {messages(conv, {"--tools", not_json}), {not_json, "not JSON"}},
       {messages(conv, {"--chat"}), {"--chat excludes --messages"}},

@@ -881,6 +881,7 @@ TEST(ChatTemplate, ParseChatRequest) {
 
   const std::pair<const char*, const char*> bad[] = {
       {R"({"messages":)", "conv.json: not JSON"},
+      {R"([{"role":"user","content":"x","n":1e400}])", "conv.json: not JSON (" /* number overflow */},
       {R"("hello")", "conv.json: expected an array of messages"},
       {R"({"tools":[]})", "conv.json: no \"messages\""},
       {R"([{"role":"user"}])", "conv.json: messages[0]: no \"content\""},
@@ -897,8 +898,20 @@ TEST(ChatTemplate, ParseChatRequest) {
     const std::string msg = error_of([&] { parse_chat_request(text, "conv.json"); });
     EXPECT_NE(msg.find(want), std::string::npos) << text << "\n" << msg;
   }
-  const std::string msg = error_of([] { parse_chat_tools(R"({"name":"f"})", "t.json"); });
+  std::string msg = error_of([] { parse_chat_tools(R"({"name":"f"})", "t.json"); });
   EXPECT_NE(msg.find("t.json: expected an array of tool definitions"), std::string::npos) << msg;
+  // JSON is written by recursion, one level at a time: 256 levels are written, more are an error.
+  auto nested = [](int levels) { return std::string(size_t(levels), '[') + std::string(size_t(levels), ']'); };
+  EXPECT_EQ(parse_chat_tools("[" + nested(256) + "]", "t.json")[0].size(), 512u);
+  msg = error_of([&] { parse_chat_tools("[" + nested(257) + "]", "t.json"); });
+  EXPECT_NE(msg.find("t.json[0]: nested more than 256 levels deep"), std::string::npos) << msg;
+  msg = error_of([&] {
+    parse_chat_request(R"([{"role":"assistant","tool_calls":[{"name":"f","arguments":)" + nested(100000) + "}]}]",
+                       "conv.json");
+  });
+  EXPECT_NE(msg.find("conv.json: messages[0].tool_calls[0].arguments: nested more than 256 levels deep"),
+            std::string::npos)
+      << msg;
 }
 
 }  // namespace
