@@ -9,6 +9,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 
@@ -186,7 +187,31 @@ struct GenerateInput {
   bool chat = false;
   std::string messages_file;
   std::string tools_file;
+  bool json = false;  // one JSON object at the end instead of the text as it comes
 };
+
+// generate --json: the reply, the assistant message it stands for in chat modes (tool calls
+// parsed where the template renders them), and the figures --stats prints.
+void print_reply_json(const GenerationResult& r, const Tokenizer& tok, const ChatFormat* fmt, uint64_t seed) {
+  std::string text;
+  for (int32_t id : r.tokens) {
+    if (!tok.is_end_of_generation(id)) text += tok.token_bytes(id);
+  }
+  double decode_ms = 0;
+  for (double t : r.token_ms) decode_ms += t;
+  nlohmann::ordered_json j;
+  j["text"] = text;
+  if (fmt != nullptr) j["message"] = nlohmann::ordered_json::parse(chat_message_json(assistant_reply(*fmt, text)));
+  j["stop"] = stop_reason_name(r.stop);
+  j["prompt_tokens"] = r.n_prompt;
+  j["generated_tokens"] = r.tokens.size();
+  j["prefill_ms"] = r.prefill_ms;
+  j["ttft_ms"] = r.ttft_ms;
+  j["decode_tok_s"] = decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0;
+  j["seed"] = seed;
+  std::printf("%s\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+  flush_stdout();
+}
 
 int cmd_generate(RunOptions& o, const GenerateInput& in) {
   check_run_options(o);
@@ -208,13 +233,14 @@ int cmd_generate(RunOptions& o, const GenerateInput& in) {
   }
   LoadedModel lm = load_model(o.req);
   std::string text = in.prompt;
+  std::optional<ChatFormat> fmt;
   if (in.chat || from_messages) {
-    const ChatFormat fmt = detect_chat_format(*lm.file, *lm.tokenizer, o.chat_template);
+    fmt = detect_chat_format(*lm.file, *lm.tokenizer, o.chat_template);
     if (!from_messages) {
       if (!o.system.empty()) request.messages.push_back({"system", o.system});
       request.messages.push_back({"user", in.prompt});
     }
-    text = render_chat_request(fmt, request, /*add_generation_prompt=*/true);
+    text = render_chat_request(*fmt, request, /*add_generation_prompt=*/true);
   }
   if (text.empty()) throw AppError("the prompt is empty");
   // The chat template's own special tokens always count as such; --no-special excludes --chat.
@@ -225,10 +251,18 @@ int cmd_generate(RunOptions& o, const GenerateInput& in) {
   }
   const Tokenizer& tok = *lm.tokenizer;
   Session session(*lm.model, o.sampling, [&](int32_t id) { return tok.is_end_of_generation(id); });
-  const GenerationResult r = stream_reply(session, tok, ids, o.max_tokens);
+  GenerationResult r;
+  if (in.json) {
+    GenerateOptions g;
+    g.max_tokens = o.max_tokens;
+    r = session.generate(ids, g, [](int32_t) { return true; });
+  } else {
+    r = stream_reply(session, tok, ids, o.max_tokens);
+  }
   if (r.stop == StopReason::ContextFull) {
     std::fprintf(stderr, "tiny_llm: the context of %d tokens is full; generation stopped\n", lm.model->n_ctx());
   }
+  if (in.json) print_reply_json(r, tok, fmt ? &*fmt : nullptr, o.sampling.seed);
   if (o.stats) print_stats(r, o.sampling.seed);
   return 0;
 }
@@ -530,6 +564,10 @@ int main_body(int argc, char** argv) {
   g->add_option("--tools", gen_in.tools_file,
                 "a JSON array of tool (function) definitions offered to the model, with --chat or --messages")
       ->check(CLI::ExistingFile);
+  g->add_flag("--json", gen_in.json,
+              "print one JSON object at the end instead of the text as it comes: the text, in chat modes the "
+              "assistant message it stands for (tool calls parsed where the template renders them, ready to "
+              "append to --messages), the stop reason and the figures of --stats");
   g->add_flag("--no-special", gen.no_special, "treat special-token text in the prompt (<|im_end|>, ...) as plain text")
       ->excludes(chat_flag)
       ->excludes(messages_opt);

@@ -4,7 +4,9 @@
 //   - every failure is a ChatTemplateError whose message starts with the file name given;
 //   - chat_json_text writes JSON that reads back as the same value (as nlohmann writes both);
 //   - a rendering either succeeds or throws ChatTemplateError; Qwen2.5's (ChatML with tools) opens
-//     with the system turn and, with tools, holds each tool's JSON text.
+//     with the system turn and, with tools, holds each tool's JSON text;
+//   - the input taken as a model's reply (assistant_reply, in Qwen2.5's format) becomes a message
+//     whose chat_message_json parse_chat_request reads back with the same tool calls.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -62,6 +64,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const ChatTemplateError&) {
   } catch (const nlohmann::json::exception& e) {
     fail(std::string("chat_json_text wrote text that is not JSON: ") + e.what());
+  }
+
+  // The input as a reply: its message as JSON reads back.
+  const tllm::ChatMessage reply = tllm::assistant_reply(kFormats[0], text);
+  try {
+    const tllm::ChatRequest back = tllm::parse_chat_request("[" + tllm::chat_message_json(reply) + "]", "reply");
+    if (back.messages.size() != 1 || back.messages[0].tool_calls.size() != reply.tool_calls.size()) {
+      fail("a reply's message does not read back");
+    }
+    for (size_t i = 0; i < reply.tool_calls.size(); ++i) {
+      const tllm::ChatToolCall& a = reply.tool_calls[i];
+      const tllm::ChatToolCall& b = back.messages[0].tool_calls[i];
+      if (a.arguments != b.arguments) fail("tool-call arguments changed: " + a.arguments + " -> " + b.arguments);
+    }
+  } catch (const ChatTemplateError& e) {
+    fail(std::string("a reply's message is not read back: ") + e.what());
   }
 
   try {

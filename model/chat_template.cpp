@@ -654,6 +654,58 @@ ChatRequest parse_chat_request(const std::string& json_text, const std::string& 
   return request;
 }
 
+ChatMessage assistant_reply(const ChatFormat& fmt, const std::string& text) {
+  ChatMessage plain{"assistant", text};
+  static const std::string kOpen = "<tool_call>", kClose = "</tool_call>";
+  const size_t first = text.find(kOpen);
+  if (!renders_tools(fmt) || first == std::string::npos) return plain;
+  ChatMessage reply{"assistant", text.substr(0, first)};
+  const auto space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
+  while (!reply.content.empty() && space(reply.content.back())) reply.content.pop_back();
+  size_t pos = first;
+  while (pos < text.size()) {
+    if (text.compare(pos, kOpen.size(), kOpen) != 0) return plain;  // text after a block
+    const size_t close = text.find(kClose, pos);
+    if (close == std::string::npos) return plain;
+    const std::string inner = text.substr(pos + kOpen.size(), close - pos - kOpen.size());
+    Json call;
+    try {
+      call = Json::parse(inner);
+    } catch (const Json::exception&) {
+      return plain;
+    }
+    if (!call.is_object() || !call.contains("name") || !call.at("name").is_string() || !call.contains("arguments")) {
+      return plain;
+    }
+    std::string arguments;
+    if (!append_python_json(call.at("arguments"), arguments)) return plain;
+    reply.tool_calls.push_back({call.at("name").get<std::string>(), arguments});
+    pos = close + kClose.size();
+    while (pos < text.size() && space(text[pos])) ++pos;
+  }
+  return reply;
+}
+
+std::string chat_message_json(const ChatMessage& m) {
+  Json j;
+  j["role"] = m.role;
+  j["content"] = m.content;
+  if (!m.tool_calls.empty()) {
+    Json calls = Json::array();
+    for (const ChatToolCall& c : m.tool_calls) {
+      Json arguments;
+      try {
+        arguments = Json::parse(c.arguments);
+      } catch (const Json::exception&) {
+        arguments = c.arguments;  // not JSON text: kept as a string
+      }
+      calls.push_back({{"type", "function"}, {"function", {{"name", c.name}, {"arguments", arguments}}}});
+    }
+    j["tool_calls"] = calls;
+  }
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 std::vector<std::string> parse_chat_tools(const std::string& json_text, const std::string& what) {
   return tools_of(parse_json(json_text, what), what);
 }

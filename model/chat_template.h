@@ -195,6 +195,17 @@ std::string chat_json_text(const std::string& json_text);
 // {"name", "arguments"}), the arguments any JSON value. Throws ChatTemplateError naming `what`
 // (the file) and the field for anything else.
 ChatRequest parse_chat_request(const std::string& json_text, const std::string& what);
+// The assistant message a reply stands for, as a conversation holds it. Where the format renders
+// tools, a reply made of optional text and then one or more blocks
+// "<tool_call>\n{\"name\": …, \"arguments\": …}\n</tool_call>" (whitespace between and after
+// them) is that text, its trailing whitespace removed, with those tool calls; any other reply (a
+// block whose JSON is not such an object, text after a block) is plain content, as it is.
+ChatMessage assistant_reply(const ChatFormat& fmt, const std::string& text);
+// A message as OpenAI-style JSON text ({"role", "content", "tool_calls": [{"type": "function",
+// "function": {"name", "arguments"}}]}), which parse_chat_request reads back; bytes that are not
+// UTF-8 become U+FFFD.
+std::string chat_message_json(const ChatMessage& m);
+
 // Reads a JSON array of tool definitions (each kept as chat_json_text writes it); throws
 // ChatTemplateError naming `what` otherwise.
 std::vector<std::string> parse_chat_tools(const std::string& json_text, const std::string& what);

@@ -459,6 +459,19 @@ TEST(CliBehaviour, GenerateContinuesAConversationWithAToolCall) {
                            "-n", "2", "--stats"});
   expect_success(r);
   EXPECT_NE(r.err.find("[prompt " + std::to_string(tokens) + " tokens"), std::string::npos) << r.describe();
+
+  // --json: one object with the reply, the assistant message it stands for and the figures.
+  const RunResult j = run({t, "generate", "-m", base_model_path(), "--messages", conv, "--backend", "cpu", "-q",
+                           "-n", "2", "--temp", "0", "--json"});
+  expect_success(j);
+  const nlohmann::json out = nlohmann::json::parse(j.out);
+  EXPECT_EQ(out.at("prompt_tokens").get<size_t>(), tokens) << j.out;
+  EXPECT_LE(out.at("generated_tokens").get<int>(), 2) << j.out;
+  EXPECT_EQ(out.at("message").at("role"), "assistant") << j.out;
+  EXPECT_EQ(out.at("message").at("content"), out.at("text")) << j.out;  // random weights call no tool
+  for (const char* key : {"stop", "prefill_ms", "ttft_ms", "decode_tok_s", "seed"}) {
+    EXPECT_TRUE(out.contains(key)) << key << "\n" << j.out;
+  }
 }
 
 TEST(CliBehaviour, BenchWithOneTokenLeavesDecodeUnmeasured) {

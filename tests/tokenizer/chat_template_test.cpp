@@ -914,5 +914,58 @@ TEST(ChatTemplate, ParseChatRequest) {
       << msg;
 }
 
+TEST(ChatTemplate, AssistantReplyParsesQwen25ToolCalls) {
+  const ChatFormat f = qwen25_format();
+  const std::string call = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+  ChatMessage m = assistant_reply(f, "Let me check.\n" + call);
+  EXPECT_EQ(m.role, "assistant");
+  EXPECT_EQ(m.content, "Let me check.");
+  ASSERT_EQ(m.tool_calls.size(), 1u);
+  EXPECT_EQ(m.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(m.tool_calls[0].arguments, R"({"city": "Paris"})");
+  // Rendered again, the message is the reply the model wrote after the generation prompt.
+  const std::vector<ChatMessage> before = {{"user", "Weather in Paris?"}};
+  std::vector<ChatMessage> after = before;
+  after.push_back(m);
+  EXPECT_EQ(render_chat(f, after, false), render_chat(f, before, true) + "Let me check.\n" + call + "<|im_end|>\n");
+
+  m = assistant_reply(f, call + "\n" + "<tool_call>{\"arguments\": [1, 2], \"name\": \"add\"}</tool_call>\n");
+  EXPECT_EQ(m.content, "");
+  ASSERT_EQ(m.tool_calls.size(), 2u);
+  EXPECT_EQ(m.tool_calls[1].name, "add");
+  EXPECT_EQ(m.tool_calls[1].arguments, "[1, 2]");
+
+  // Anything else is the reply as it is.
+  for (const std::string& text :
+       {std::string("no call"), call + " and then text", std::string("<tool_call>\n{\"name\": \"f\"}\n</tool_call>"),
+        std::string("<tool_call>\n{not json}\n</tool_call>"), std::string("<tool_call>\n{\"name\": 1, \"arguments\": {}}"),
+        std::string("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n")}) {
+    m = assistant_reply(f, text);
+    EXPECT_EQ(m.content, text);
+    EXPECT_TRUE(m.tool_calls.empty()) << text;
+  }
+  // A format without tools keeps the text whatever it holds.
+  m = assistant_reply(detect_chat_format(kLlama3Template, false, ""), call);
+  EXPECT_EQ(m.content, call);
+  EXPECT_TRUE(m.tool_calls.empty());
+}
+
+TEST(ChatTemplate, ChatMessageJsonReadsBack) {
+  const ChatMessage m{"assistant", "Let me check.", {{"get_weather", R"({"city": "Paris"})"}, {"now", "{}"}}};
+  const std::string json = chat_message_json(m);
+  EXPECT_EQ(json,
+            R"({"role":"assistant","content":"Let me check.","tool_calls":[{"type":"function","function":)"
+            R"({"name":"get_weather","arguments":{"city":"Paris"}}},{"type":"function","function":{"name":"now",)"
+            R"("arguments":{}}}]})");
+  const ChatRequest back = parse_chat_request("[" + json + "]", "reply");
+  ASSERT_EQ(back.messages.size(), 1u);
+  EXPECT_EQ(back.messages[0].content, m.content);
+  ASSERT_EQ(back.messages[0].tool_calls.size(), 2u);
+  EXPECT_EQ(back.messages[0].tool_calls[0].name, "get_weather");
+  EXPECT_EQ(back.messages[0].tool_calls[0].arguments, m.tool_calls[0].arguments);
+  // Bytes that are not UTF-8 (a reply cut inside a character) become U+FFFD.
+  EXPECT_EQ(chat_message_json({"assistant", "a\xe4\xbd"}), "{\"role\":\"assistant\",\"content\":\"a\xef\xbf\xbd\"}");
+}
+
 }  // namespace
 }  // namespace tllm
