@@ -1,5 +1,6 @@
 // Writes the GGUF seed corpus of gguf_fuzz into a folder (fuzz/corpus/gguf holds its output):
-//   model_qwen2.gguf   a complete qwen2 model (1 layer, n_embd 32, byte-level vocabulary, Q8_0)
+//   model_qwen2.gguf   a complete qwen2 model (1 layer, n_embd 32, byte-level vocabulary, Q8_0,
+//                      Qwen2.5's chat template)
 //   model_llama.gguf   the llama variant (untied output.weight, no q/k/v biases)
 //   model_iq4_xs.gguf  model_qwen2 with n_ff 256 and IQ4_XS weights: ffn_down (rows of 256) IQ4_XS,
 //                      the other matrices (rows of 32) IQ4_NL, llama.cpp's fallback
@@ -40,7 +41,8 @@ void write_types(const std::string& path) {
   const GgmlType types[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q4_0, GgmlType::Q4_1,
                             GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0, GgmlType::Q2_K, GgmlType::Q3_K,
                             GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K, GgmlType::IQ4_NL, GgmlType::IQ4_XS,
-                            GgmlType::TQ1_0, GgmlType::TQ2_0};
+                            GgmlType::IQ3_S, GgmlType::IQ3_XXS, GgmlType::IQ2_S, GgmlType::IQ2_XS,
+                            GgmlType::IQ2_XXS, GgmlType::IQ1_M, GgmlType::IQ1_S, GgmlType::TQ1_0, GgmlType::TQ2_0};
   GgufWriter w;
   w.set_string("general.architecture", "qwen2");
   std::vector<GgmlType> declared;
