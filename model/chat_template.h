@@ -185,15 +185,16 @@ bool renders_tools(const ChatFormat& fmt);
 
 // JSON text as Hugging Face's tojson filter writes it for chat templates (Python's json.dumps
 // with ensure_ascii=False): ", " and ": " between items, keys in the order given, non-ASCII text
-// as it is. Throws ChatTemplateError when `json_text` is not JSON.
+// as it is. Throws ChatTemplateError when `json_text` is not JSON or nests more than 256 levels
+// deep (the writer recurses once per level).
 std::string chat_json_text(const std::string& json_text);
 
 // Reads a conversation from JSON text: an array of messages, or an object with "messages" and,
 // optionally, "tools" (an array), as an OpenAI-style chat request has them. A message is an object
 // with "role" (system, user, assistant or tool) and "content" (a string; an assistant message with
 // "tool_calls" may have none or null); each tool call is {"function": {"name", "arguments"}} (or
-// {"name", "arguments"}), the arguments any JSON value. Throws ChatTemplateError naming `what`
-// (the file) and the field for anything else.
+// {"name", "arguments"}), the arguments any JSON value nested at most 256 levels deep. Throws
+// ChatTemplateError naming `what` (the file) and the field for anything else.
 ChatRequest parse_chat_request(const std::string& json_text, const std::string& what);
 // The assistant message a reply stands for, as a conversation holds it. Where the format renders
 // tools, a reply made of optional text and then one or more blocks
