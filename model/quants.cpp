@@ -37,6 +37,7 @@
 #include <string>
 #include <thread>
 
+#include "model/block_bytes.h"
 #include "model/iq_grids.h"
 #include "model/quants_iq.h"
 
@@ -44,20 +45,9 @@ namespace tllm {
 
 namespace {
 
-float load_half(const uint8_t* p) { return half_to_float(half_t(p[0] | p[1] << 8)); }
+float load_half(const uint8_t* p) { return half_to_float(half_t(load_u16(p))); }
 
-void store_half(uint8_t* p, half_t h) {
-  p[0] = uint8_t(h & 0xff);
-  p[1] = uint8_t(h >> 8);
-}
-
-uint32_t load_u32(const uint8_t* p) {
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-void store_u32(uint8_t* p, uint32_t v) {
-  for (int k = 0; k < 4; ++k) p[k] = uint8_t(v >> (8 * k));
-}
+void store_half(uint8_t* p, half_t h) { store_u16(p, h); }
 
 // The smallest fp16 value >= v (v >= 0): a scale chosen this way never makes a quantised value
 // overflow its range because of the scale's own rounding.
@@ -293,8 +283,6 @@ void dequant_iq4_xs(const uint8_t* b, float* y) {
 }
 
 // ---- i-quants (256-value super-blocks, codebook grids) -------------------------------------------
-
-uint16_t load_u16(const uint8_t* p) { return uint16_t(p[0] | p[1] << 8); }
 
 // IQ2_XXS, IQ2_XS and IQ3_XXS store the signs of 8 values as a 7-bit index: bit j (j < 7) is the
 // sign of value j, and the eighth sign makes the number of negative values even.

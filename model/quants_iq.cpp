@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend/half.h"
+#include "model/block_bytes.h"
 #include "model/iq_grids.h"
 
 namespace tllm::iq {
@@ -293,15 +294,6 @@ Codes encode(const Format& f, const float* x) {
 
 // ---- bit layouts (the dequantisers in quants.cpp read them); d first, except in IQ1_M ----------
 
-void store_u16(uint8_t* p, unsigned v) {
-  p[0] = uint8_t(v & 0xff);
-  p[1] = uint8_t((v >> 8) & 0xff);
-}
-
-void store_u32(uint8_t* p, uint32_t v) {
-  for (int k = 0; k < 4; ++k) p[k] = uint8_t(v >> (8 * k));
-}
-
 // The u32 of an IQ2_XXS / IQ3_XXS sub-block: the 7 stored signs of its 4 groups and the scale.
 uint32_t signs_and_scale(const Codes& c, int ib) {
   uint32_t aux = uint32_t(c.scale[ib]) << 28;
@@ -324,7 +316,7 @@ void pack_iq2_xxs(const Codes& c, uint8_t* b) {
 
 void pack_iq2_xs(const Codes& c, uint8_t* b) {
   store_u16(b, c.d);
-  for (int g = 0; g < 32; ++g) store_u16(b + 2 + 2 * g, unsigned(c.entry[g]) | unsigned(c.neg[g] & 127) << 9);
+  for (int g = 0; g < 32; ++g) store_u16(b + 2 + 2 * g, uint16_t(c.entry[g] | (c.neg[g] & 127) << 9));
   pack_nibble_scales(c, 16, b + 66);
 }
 
@@ -362,7 +354,7 @@ void pack_iq1_s(const Codes& c, uint8_t* b) {
       b[2 + 4 * ib + g] = uint8_t(c.entry[4 * ib + g] & 255);
       h |= unsigned(c.entry[4 * ib + g] >> 8) << (3 * g);
     }
-    store_u16(b + 34 + 2 * ib, h);
+    store_u16(b + 34 + 2 * ib, uint16_t(h));
   }
 }
 
@@ -375,7 +367,7 @@ void pack_iq1_m(const Codes& c, uint8_t* b) {
   for (int i = 0; i < 4; ++i) {
     unsigned sc = (unsigned(c.d) >> (4 * i) & 15) << 12;
     for (int t = 4 * i; t < 4 * i + 4; ++t) sc |= unsigned(c.scale[t]) << (3 * (t % 4));
-    store_u16(b + 48 + 2 * i, sc);
+    store_u16(b + 48 + 2 * i, uint16_t(sc));
   }
 }
 
