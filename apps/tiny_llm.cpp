@@ -114,18 +114,32 @@ void check_run_options(RunOptions& o) {
   }
 }
 
-// `reused` (chat): the conversation's tokens already in the context, which did not run again.
-void print_stats(const GenerationResult& r, uint64_t seed, int reused = -1) {
+// The decode rate after the first token: the tokens timed over the time they took (0 when none).
+double decode_tok_s(const GenerationResult& r) {
   double decode_ms = 0;
   for (double t : r.token_ms) decode_ms += t;
+  return decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0;
+}
+
+// The reply's bytes, end tokens left out: the text printed, and the assistant message that the
+// chat template renders in the next turn.
+std::string reply_text(const GenerationResult& r, const Tokenizer& tok) {
+  std::string text;
+  for (int32_t id : r.tokens) {
+    if (!tok.is_end_of_generation(id)) text += tok.token_bytes(id);
+  }
+  return text;
+}
+
+// `reused` (chat): the conversation's tokens already in the context, which did not run again.
+void print_stats(const GenerationResult& r, uint64_t seed, int reused = -1) {
   const std::string kept = reused >= 0 ? " (" + std::to_string(reused) + " reused from the context)" : "";
   std::fprintf(stderr,
                "\n[prompt %d tokens%s, %.1f ms (%.1f tok/s); generated %zu tokens, TTFT %.1f ms, %.2f tok/s; "
                "stop: %s; seed %llu]\n",
                r.n_prompt, kept.c_str(), r.prefill_ms, r.prefill_ms > 0 ? 1000.0 * r.n_prompt / r.prefill_ms : 0.0,
                r.tokens.size(),
-               r.ttft_ms, decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0,
-               stop_reason_name(r.stop), (unsigned long long)seed);
+               r.ttft_ms, decode_tok_s(r), stop_reason_name(r.stop), (unsigned long long)seed);
 }
 
 // Streams generated tokens to stdout as whole UTF-8 characters; end tokens are not printed.
@@ -193,12 +207,7 @@ struct GenerateInput {
 // generate --json: the reply, the assistant message it stands for in chat modes (tool calls
 // parsed where the template renders them), and the figures --stats prints.
 void print_reply_json(const GenerationResult& r, const Tokenizer& tok, const ChatFormat* fmt, uint64_t seed) {
-  std::string text;
-  for (int32_t id : r.tokens) {
-    if (!tok.is_end_of_generation(id)) text += tok.token_bytes(id);
-  }
-  double decode_ms = 0;
-  for (double t : r.token_ms) decode_ms += t;
+  const std::string text = reply_text(r, tok);
   nlohmann::ordered_json j;
   j["text"] = text;
   if (fmt != nullptr) j["message"] = nlohmann::ordered_json::parse(chat_message_json(assistant_reply(*fmt, text)));
@@ -207,7 +216,7 @@ void print_reply_json(const GenerationResult& r, const Tokenizer& tok, const Cha
   j["generated_tokens"] = r.tokens.size();
   j["prefill_ms"] = r.prefill_ms;
   j["ttft_ms"] = r.ttft_ms;
-  j["decode_tok_s"] = decode_ms > 0 ? 1000.0 * double(r.token_ms.size()) / decode_ms : 0.0;
+  j["decode_tok_s"] = decode_tok_s(r);
   j["seed"] = seed;
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
   flush_stdout();
@@ -336,12 +345,7 @@ int cmd_chat(RunOptions& o, const std::string& tools_file) {
     const size_t reused = session.reuse_prefix(ids);
     const GenerationResult r =
         stream_reply(session, tok, std::vector<int32_t>(ids.begin() + long(reused), ids.end()), o.max_tokens);
-    // The assistant message as the template will render it next turn (end token excluded).
-    std::string content;
-    for (int32_t id : r.tokens) {
-      if (!tok.is_end_of_generation(id)) content += tok.token_bytes(id);
-    }
-    msgs.push_back({"assistant", content});
+    msgs.push_back({"assistant", reply_text(r, tok)});
     if (r.stop == StopReason::ContextFull) {
       std::printf("[the context of %d tokens is full; conversation cleared]\n", n_ctx);
       msgs.resize(n_fixed);
