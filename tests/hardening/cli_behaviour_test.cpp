@@ -121,8 +121,8 @@ TEST(CliBehaviour, ContradictoryOrUnknownOptionsAreNamed) {
   const std::string m = base_model_path();
   ScratchDir dir;
   const std::string ids = dir.file("ids.txt"), text = dir.file("text.txt");
-  write_bytes(ids, {'1', ' ', '2'});
-  write_bytes(text, {'h', 'i'});
+  write_text(ids, "1 2");
+  write_text(text, "hi");
   const std::vector<std::string> logits = {t, "logits", "-m", m, "--backend", "cpu", "-q", "-o", dir.file("l.bin")};
   auto with = [](std::vector<std::string> a, const std::vector<std::string>& extra) {
     a.insert(a.end(), extra.begin(), extra.end());
@@ -444,7 +444,7 @@ TEST(CliBehaviour, GenerateContinuesAConversationWithAToolCall) {
       R"([{"role": "system", "content": "S"}, {"role": "user", "content": "Q?"}, {"role": "assistant", )"
       R"("content": null, "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]}, )"
       R"({"role": "tool", "content": "R"}])";
-  write_bytes(conv, std::vector<uint8_t>(json.begin(), json.end()));
+  write_text(conv, json);
   const std::string rendered =
       "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n<tool_call>\n"
       "{\"name\": \"f\", \"arguments\": {\"x\": 1}}\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n"

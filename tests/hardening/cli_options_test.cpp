@@ -62,9 +62,6 @@ TEST(CliOptions, TinyLlmRejectsBadValues) {
   // Conversations for --messages: a valid one, and files that are not one.
   const std::string conv = dir.file("conv.json"), tools = dir.file("tools.json");
   const std::string not_json = dir.file("not.json"), bad_role = dir.file("role.json"), empty = dir.file("empty.json");
-  auto write_text = [](const std::string& path, const std::string& text) {
-    write_bytes(path, std::vector<uint8_t>(text.begin(), text.end()));
-  };
   write_text(conv, R"([{"role": "user", "content": "hi"}])");
   write_text(tools, R"([{"name": "now"}])");
   write_text(not_json, "{\"messages\": [");

@@ -39,6 +39,10 @@ void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
   if (!f) throw std::runtime_error(path + ": cannot write");
 }
 
+void write_text(const std::string& path, const std::string& text) {
+  write_bytes(path, std::vector<uint8_t>(text.begin(), text.end()));
+}
+
 const std::string& base_model_path() {
   static ScratchDir dir;  // removed at exit
   static std::string path;

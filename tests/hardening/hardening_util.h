@@ -32,6 +32,7 @@ class ScratchDir {
 
 std::vector<uint8_t> read_bytes(const std::string& path);
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes);
+void write_text(const std::string& path, const std::string& text);
 
 // The valid base model (tiny_test_model(): qwen2, 2 layers, n_embd 64, 272 tokens, about 110 KB),
 // written once per test process; returns its path.
