@@ -517,6 +517,7 @@ int cmd_synth(const SynthArgs& a) {
                   : preset == "tiny-nemo"   ? tiny_nemo_test_model()
                   : preset == "tiny-wide"   ? tiny_wide_heads_test_model()
                   : preset == "llama3.2-1b" ? llama32_1b_q4km()
+                  : preset == "falcon3-1b"  ? falcon3_1b_q4km()
                                             : qwen25_05b_q4km();
   if (a.seed_given) c.seed = a.seed;
   set_synth_weights(c, a.weights);
@@ -623,12 +624,13 @@ int main_body(int argc, char** argv) {
       ->check(CLI::ExistingDirectory);
   s->add_option("--preset", sy.preset,
                 "shapes: qwen2.5-0.5b (Qwen2.5-0.5B-Instruct Q4_K_M), llama3.2-1b (Llama-3.2-1B-Instruct "
-                "Q4_K_M, with a byte-level vocabulary), tiny, tiny-llama, tiny-llama2 (with "
+                "Q4_K_M, with a byte-level vocabulary), falcon3-1b (Falcon3-1B-Instruct Q4_K_M: heads of 256, "
+                "a byte-level vocabulary), tiny, tiny-llama, tiny-llama2 (with "
                 "a SentencePiece vocabulary and the Llama 2 chat template), tiny-llama3 (with Llama 3.1's "
                 "rope scaling), tiny-nemo (heads of head_dim 128 from attention.key_length, "
                 "not n_embd / n_head, as Mistral-Nemo's), tiny-wide (heads of 256, as Falcon3's)")
-      ->check(CLI::IsMember({"qwen2.5-0.5b", "llama3.2-1b", "tiny", "tiny-llama", "tiny-llama2", "tiny-llama3",
-                             "tiny-nemo", "tiny-wide"}));
+      ->check(CLI::IsMember({"qwen2.5-0.5b", "llama3.2-1b", "falcon3-1b", "tiny", "tiny-llama", "tiny-llama2",
+                             "tiny-llama3", "tiny-nemo", "tiny-wide"}));
   s->add_option("--weights", sy.weights,
                 "how the weight matrices are stored (norm weights and biases stay f32): q4_k_m, llama.cpp's "
                 "mix (q4_k; q6_k for attn_v and ffn_down in some layers and for the output), or one type "

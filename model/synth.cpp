@@ -589,6 +589,18 @@ SynthConfig llama32_1b_q4km() {
   return c;
 }
 
+SynthConfig falcon3_1b_q4km() {
+  SynthConfig c = with_heads(llama32_1b_q4km(), "Synthetic Falcon3 1B Instruct", 8, 4, 256);
+  c.n_layer = 18;
+  c.n_vocab = 131072;
+  c.n_ctx = 8192;
+  c.rope_theta = 1000042.0f;
+  c.rms_eps = 1e-6f;
+  c.tied = false;
+  c.rope_freqs.clear();
+  return c;
+}
+
 std::vector<SynthTensor> synth_tensors(const SynthConfig& c) {
   validate(c);
   const int64_t n_embd = c.n_embd, n_ff = c.n_ff, n_vocab = c.n_vocab;

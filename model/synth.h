@@ -112,6 +112,11 @@ SynthConfig qwen25_05b_q4km();
 // 3.2's rope scaling (factor 32, original context 8192); 147 tensors, about 0.8 GB. Its vocabulary
 // is byte-level like the Qwen model's, not Llama 3's.
 SynthConfig llama32_1b_q4km();
+// Falcon3-1B-Instruct Q4_K_M: arch llama, 18 layers, n_embd 2048, n_ff 8192, 8 heads / 4 KV heads
+// of head_dim 256 (attention.key_length; q is n_embd wide), n_vocab 131072, an untied output.weight,
+// no biases, rope_theta 1000042 without scaling, rms_eps 1e-6, n_ctx 8192; 165 tensors, about
+// 1.0 GB. Its vocabulary is byte-level like the Qwen model's, not Falcon3's.
+SynthConfig falcon3_1b_q4km();
 // A qwen2 model small enough for unit tests with the same tensor-type mix as the benchmark model:
 // 2 layers (layer 0 plain, layer 1 "more bits"), n_embd 64, n_ff 256, 4 heads / 2 KV heads
 // (head_dim 16), byte-level vocabulary of 272 tokens, n_ctx 256.

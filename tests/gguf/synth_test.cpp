@@ -73,6 +73,35 @@ TEST(Synth, BenchmarkConfigDeclaresTheQwen25Q4KMTensors) {
   EXPECT_LT(bytes, size_t(400) * 1000 * 1000);
 }
 
+namespace {
+
+// The bytes of a Q4_K_M preset's tensors, after checking each one's type: Q4_K matrices, Q6_K for
+// attn_v and ffn_down in the layers `more_bits` names and for the output projection (`output`).
+size_t q4_k_m_bytes(const std::vector<SynthTensor>& ts, const std::set<int>& more_bits, const std::string& output) {
+  size_t bytes = 0;
+  for (const SynthTensor& t : ts) {
+    int64_t bv = 0, bb = 0;
+    ggml_type_block(t.type, &bv, &bb);
+    int64_t n = 1;
+    for (int64_t d : t.dims) n *= d;
+    bytes += size_t(n / bv * bb);
+    const size_t dot = t.name.find('.', 4);
+    const bool more = t.name.rfind("blk.", 0) == 0 && more_bits.count(std::stoi(t.name.substr(4, dot - 4))) > 0;
+    GgmlType want = GgmlType::F32;
+    if (t.name == output) {
+      want = GgmlType::Q6_K;
+    } else if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("ffn_down.weight") != std::string::npos) {
+      want = more ? GgmlType::Q6_K : GgmlType::Q4_K;
+    } else if (t.dims.size() == 2) {
+      want = GgmlType::Q4_K;
+    }
+    EXPECT_EQ(t.type, want) << t.name << " is " << ggml_type_name(t.type);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 // The llama3.2-1b preset: Llama-3.2-1B-Instruct's shapes, Q4_K_M's types (Q4_K, Q6_K for attn_v
 // and ffn_down in the layers that get more bits and for the tied embeddings) and Llama 3.2's rope
 // scaling, 147 tensors as in the real file.
@@ -84,31 +113,32 @@ TEST(Synth, LlamaBenchmarkConfigDeclaresItsTensors) {
   ASSERT_EQ(c.rope_freqs.size(), 32u);
   EXPECT_EQ(c.rope_freqs.front(), 1.0f);
   EXPECT_EQ(c.rope_freqs.back(), 32.0f);
-  const std::set<int> more_bits = {0, 1, 4, 7, 10, 13, 14, 15};
   const std::vector<SynthTensor> ts = synth_tensors(c);
   ASSERT_EQ(ts.size(), 147u);
-  size_t bytes = 0;
-  for (const SynthTensor& t : ts) {
-    int64_t bv = 0, bb = 0;
-    ggml_type_block(t.type, &bv, &bb);
-    int64_t n = 1;
-    for (int64_t d : t.dims) n *= d;
-    bytes += size_t(n / bv * bb);
-    const size_t dot = t.name.find('.', 4);
-    const bool more = t.name.rfind("blk.", 0) == 0 && more_bits.count(std::stoi(t.name.substr(4, dot - 4))) > 0;
-    GgmlType want = GgmlType::F32;
-    if (t.name == "token_embd.weight") {
-      want = GgmlType::Q6_K;
-    } else if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("ffn_down.weight") != std::string::npos) {
-      want = more ? GgmlType::Q6_K : GgmlType::Q4_K;
-    } else if (t.dims.size() == 2) {
-      want = GgmlType::Q4_K;
-    }
-    EXPECT_EQ(t.type, want) << t.name << " is " << ggml_type_name(t.type);
-  }
+  const size_t bytes = q4_k_m_bytes(ts, {0, 1, 4, 7, 10, 13, 14, 15}, "token_embd.weight");
   // The real file holds 808 MB (its tokenizer included).
   EXPECT_GT(bytes, size_t(750) * 1000 * 1000);
   EXPECT_LT(bytes, size_t(810) * 1000 * 1000);
+}
+
+// The falcon3-1b preset: Falcon3-1B-Instruct's shapes (18 layers, heads of 256 over 4 KV heads,
+// an untied output.weight), no rope scaling, and Q4_K_M's layer choice for 18 layers.
+TEST(Synth, FalconShapesDeclareTheirTensors) {
+  const SynthConfig c = falcon3_1b_q4km();
+  EXPECT_EQ(c.arch, "llama");
+  EXPECT_EQ(c.head_width(), 256);
+  EXPECT_EQ(c.n_head * c.head_width(), c.n_embd);
+  EXPECT_EQ(c.n_head / c.n_head_kv, 2);
+  EXPECT_TRUE(c.rope_freqs.empty());
+  const std::vector<SynthTensor> ts = synth_tensors(c);
+  ASSERT_EQ(ts.size(), 165u);
+  EXPECT_EQ(ts.back().name, "output.weight");
+  EXPECT_EQ(ts.back().dims, (std::vector<int64_t>{2048, 131072}));
+  const size_t bytes = q4_k_m_bytes(ts, {0, 1, 4, 7, 10, 13, 15, 16, 17}, "output.weight");
+  // 1.13 billion layer weights at 4.5 to 6.6 bits, 268 million of embeddings at 4.5 and as many of
+  // output.weight at 6.6.
+  EXPECT_GT(bytes, size_t(950) * 1000 * 1000);
+  EXPECT_LT(bytes, size_t(1100) * 1000 * 1000);
 }
 
 TEST(Synth, OtherMixesAndTheLlamaLayout) {
