@@ -20,6 +20,36 @@ namespace {
 
 using test::ScratchDir;
 
+// The bytes a declared tensor takes in the file: whole blocks of its type.
+size_t stored_bytes(const SynthTensor& t) {
+  int64_t bv = 0, bb = 0;
+  ggml_type_block(t.type, &bv, &bb);
+  int64_t n = 1;
+  for (int64_t d : t.dims) n *= d;
+  return size_t(n / bv * bb);
+}
+
+// The bytes of a Q4_K_M preset's tensors, after checking each one's type: Q4_K matrices, Q6_K for
+// attn_v and ffn_down in the layers `more_bits` names and for the output projection (`output`).
+size_t q4_k_m_bytes(const std::vector<SynthTensor>& ts, const std::set<int>& more_bits, const std::string& output) {
+  size_t bytes = 0;
+  for (const SynthTensor& t : ts) {
+    bytes += stored_bytes(t);
+    const size_t dot = t.name.find('.', 4);
+    const bool more = t.name.rfind("blk.", 0) == 0 && more_bits.count(std::stoi(t.name.substr(4, dot - 4))) > 0;
+    GgmlType want = GgmlType::F32;
+    if (t.name == output) {
+      want = GgmlType::Q6_K;
+    } else if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("ffn_down.weight") != std::string::npos) {
+      want = more ? GgmlType::Q6_K : GgmlType::Q4_K;
+    } else if (t.dims.size() == 2) {
+      want = GgmlType::Q4_K;
+    }
+    EXPECT_EQ(t.type, want) << t.name << " is " << ggml_type_name(t.type);
+  }
+  return bytes;
+}
+
 TEST(Synth, BenchmarkConfigDeclaresTheQwen25Q4KMTensors) {
   const SynthConfig c = qwen25_05b_q4km();
   EXPECT_EQ(c.arch, "qwen2");
@@ -61,46 +91,13 @@ TEST(Synth, BenchmarkConfigDeclaresTheQwen25Q4KMTensors) {
     ASSERT_NE(it, want.end()) << "unexpected tensor " << t.name;
     EXPECT_EQ(t.type, it->second.first) << t.name << " is " << ggml_type_name(t.type);
     EXPECT_EQ(t.dims, it->second.second) << t.name;
-    int64_t bv = 0, bb = 0;
-    ggml_type_block(t.type, &bv, &bb);
-    int64_t n = 1;
-    for (int64_t d : t.dims) n *= d;
-    bytes += size_t(n / bv * bb);
+    bytes += stored_bytes(t);
   }
   EXPECT_EQ(ts.front().name, "token_embd.weight");
   // About 400 MB of weights to stream, as in the real file.
   EXPECT_GT(bytes, size_t(390) * 1000 * 1000);
   EXPECT_LT(bytes, size_t(400) * 1000 * 1000);
 }
-
-namespace {
-
-// The bytes of a Q4_K_M preset's tensors, after checking each one's type: Q4_K matrices, Q6_K for
-// attn_v and ffn_down in the layers `more_bits` names and for the output projection (`output`).
-size_t q4_k_m_bytes(const std::vector<SynthTensor>& ts, const std::set<int>& more_bits, const std::string& output) {
-  size_t bytes = 0;
-  for (const SynthTensor& t : ts) {
-    int64_t bv = 0, bb = 0;
-    ggml_type_block(t.type, &bv, &bb);
-    int64_t n = 1;
-    for (int64_t d : t.dims) n *= d;
-    bytes += size_t(n / bv * bb);
-    const size_t dot = t.name.find('.', 4);
-    const bool more = t.name.rfind("blk.", 0) == 0 && more_bits.count(std::stoi(t.name.substr(4, dot - 4))) > 0;
-    GgmlType want = GgmlType::F32;
-    if (t.name == output) {
-      want = GgmlType::Q6_K;
-    } else if (t.name.find("attn_v.weight") != std::string::npos || t.name.find("ffn_down.weight") != std::string::npos) {
-      want = more ? GgmlType::Q6_K : GgmlType::Q4_K;
-    } else if (t.dims.size() == 2) {
-      want = GgmlType::Q4_K;
-    }
-    EXPECT_EQ(t.type, want) << t.name << " is " << ggml_type_name(t.type);
-  }
-  return bytes;
-}
-
-}  // namespace
 
 // The llama3.2-1b preset: Llama-3.2-1B-Instruct's shapes, Q4_K_M's types (Q4_K, Q6_K for attn_v
 // and ffn_down in the layers that get more bits and for the tied embeddings) and Llama 3.2's rope
